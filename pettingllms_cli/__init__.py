@@ -1,0 +1,3 @@
+"""pettingllms: train teams of LLM agents together with reinforcement learning (AT-GRPO)."""
+
+__version__ = "0.1.0"

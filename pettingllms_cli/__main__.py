@@ -1,0 +1,3 @@
+from pettingllms_cli.cli import main
+
+main()

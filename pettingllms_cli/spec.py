@@ -1,0 +1,217 @@
+"""The experiment spec: one YAML file, validated by pydantic before any weight is loaded.
+
+Every field is documented once, in its `Field(description=...)`; `pettingllms schema` prints
+the JSON schema built from these descriptions.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from pettingllms_cli.errors import UserError
+
+NAME_RE = r"^[A-Za-z][A-Za-z0-9_]*$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnvSpec(Strict):
+    name: str = Field(description="Registered environment name with version, e.g. `math_tool_v0` (see `pettingllms envs list`).")
+    layout: str = Field("multi", description="Which role layout of the env to use: `multi` (named roles) or `single` (one role does everything).")
+    data: str = Field("generated", description="`generated` (problems made from the seed) or a path to a data file the env reads (e.g. GSM8K jsonl).")
+    max_turns: int = Field(2, ge=1, le=16, description="Rounds per episode; in each round every role acts once, in turn order.")
+    eval_problems: int = Field(16, ge=1, description="Held-out problems scored greedily before and after training (report.md).")
+    options: dict[str, Any] = Field(default_factory=dict, description="Env-specific options (see the env's docstring).")
+
+
+class ModelSpec(Strict):
+    source: str = Field(description="A built-in alias (`pettingllms models list`), a hub id, a local folder or a `.gguf` file.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights' dtype for compute.")
+    quantization: Literal["none", "nf4"] = Field("none", description="`nf4` loads the base in 4 bit with bitsandbytes (QLoRA).")
+    prompt_template: str | None = Field(
+        None,
+        description="For bases without a chat template: a format string with `{conversation}`; each message is rendered as `role: content`.",
+    )
+
+
+class LoraSpec(Strict):
+    r: int = Field(16, ge=1, le=512, description="LoRA rank.")
+    alpha: float = Field(32, gt=0, description="LoRA scaling numerator (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
+    target_modules: list[str] | Literal["all-linear"] = Field("all-linear", description="Modules that get adapters.")
+
+
+class AgentSpec(Strict):
+    model: str = Field(description="Name of an entry in `models`.")
+    roles: list[str] = Field(min_length=1, description="Env roles this agent plays (static assignment).")
+    lora: LoraSpec = Field(default_factory=LoraSpec, description="This agent's LoRA adapter.")
+
+
+class RewardSpec(Strict):
+    team_weight: float = Field(1.0, ge=0, description="Weight of the team outcome in every agent's reward.")
+    local_weight: float = Field(0.5, ge=0, description="Weight of the role's own (local) reward.")
+    credit: Literal["none"] = Field("none", description="Credit assignment for the local term.")
+
+
+class AlgorithmSpec(Strict):
+    name: Literal["at_grpo"] = Field("at_grpo", description="Training algorithm.")
+    rollout: Literal["tree", "parallel"] = Field(
+        "tree", description="`tree`: K branches per (problem, role, turn), continue from the best; `parallel`: K independent episodes."
+    )
+    group_size: int = Field(8, description="K, samples per group (>= 2).")
+    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon.")
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the k3 KL to the frozen base (adapter disabled); 0 skips the reference pass.")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate for each adapter.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip per adapter.")
+    scale_rewards: bool = Field(True, description="Divide group-centred rewards by the group std (GRPO); False only centres them.")
+    filter_zero_std: bool = Field(False, description="Drop groups whose rewards are all equal before the update.")
+
+    @field_validator("group_size")
+    @classmethod
+    def _k_at_least_two(cls, k: int) -> int:
+        if k < 2:
+            raise ValueError("group_size must be at least 2: GRPO compares samples within a group")
+        return k
+
+
+class TrainSpec(Strict):
+    steps: int = Field(20, ge=1, description="Optimizer steps (each over one batch of problems).")
+    problems_per_step: int = Field(4, ge=1, description="Problems rolled out per step.")
+    max_new_tokens: int = Field(24, ge=1, le=4096, description="Tokens sampled per action at most.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (log-probs use the same temperature).")
+    checkpoint_every: int = Field(5, ge=1, description="Save adapters and optimizer state every N steps (and at the end).")
+    log_every: int = Field(1, ge=1, description="Print a progress line every N steps.")
+
+
+class Experiment(Strict):
+    name: str = Field(pattern=NAME_RE, description="Experiment name; the default run directory is `runs/<name>`.")
+    seed: int = Field(0, ge=0, description="Seed for problems, sampling and initial adapters.")
+    env: EnvSpec = Field(description="The environment and its data.")
+    models: dict[str, ModelSpec] = Field(min_length=1, description="Named base models.")
+    agents: dict[str, AgentSpec] = Field(min_length=1, description="Trainable agents; each plays one or more roles.")
+    specialization: Literal["shared", "per_agent"] = Field(
+        "per_agent", description="`per_agent`: one LoRA adapter per agent on its base; `shared`: one adapter per base plays every role."
+    )
+    reward: RewardSpec = Field(default_factory=RewardSpec, description="How team and local rewards combine.")
+    algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="AT-GRPO settings.")
+    train: TrainSpec = Field(default_factory=TrainSpec, description="Training budget.")
+    output_dir: str | None = Field(None, description="Run directory; default `runs/<name>`.")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Experiment:
+        from pettingllms_cli.envs import ENVS
+
+        for name in list(self.models) + list(self.agents):
+            if not re.match(NAME_RE, name):
+                raise ValueError(f"name {name!r} must be letters, digits and _ (starting with a letter)")
+        env_cls = ENVS.get(self.env.name)
+        if env_cls is None:
+            raise ValueError(f"env.name: unknown env {self.env.name!r}; known: {', '.join(sorted(ENVS))}")
+        if self.env.layout not in env_cls.layouts:
+            raise ValueError(f"env.layout: {self.env.name} has layouts {sorted(env_cls.layouts)}, not {self.env.layout!r}")
+        env_roles = env_cls.layouts[self.env.layout]
+        owner: dict[str, str] = {}
+        for agent, a in self.agents.items():
+            if a.model not in self.models:
+                raise ValueError(f"agents.{agent}.model: unknown model {a.model!r}; define it under `models` ({', '.join(self.models)})")
+            for role in a.roles:
+                if role not in env_roles:
+                    raise ValueError(
+                        f"agents.{agent}.roles: {self.env.name} ({self.env.layout}) has no role {role!r}; its roles are {list(env_roles)}"
+                    )
+                if role in owner:
+                    raise ValueError(f"agents.{agent}.roles: role {role!r} is already played by agent {owner[role]!r}; give each role one agent")
+                owner[role] = agent
+        missing = [r for r in env_roles if r not in owner]
+        if missing:
+            raise ValueError(f"agents: no agent plays role(s) {missing} of {self.env.name} ({self.env.layout}); add them to an agent's roles")
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir or f"runs/{self.name}")
+
+    def role_owner(self) -> dict[str, str]:
+        """role -> agent name."""
+        return {role: agent for agent, a in self.agents.items() for role in a.roles}
+
+    def adapter_of(self, agent: str) -> str:
+        """The adapter an agent trains: its own (`per_agent`) or its base model's shared one."""
+        return agent if self.specialization == "per_agent" else f"{self.agents[agent].model}_shared"
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise UserError(f"--set {dotted}: {key!r} is not a mapping")
+    node[keys[-1]] = value
+
+
+def apply_overrides(tree: dict, overrides: list[str]) -> dict:
+    """Apply `--set a.b=value` overrides; values are parsed as YAML (`--set train.steps=3`)."""
+    for item in overrides:
+        if "=" not in item:
+            raise UserError(f"--set {item!r}: expected dotted.key=value")
+        key, raw = item.split("=", 1)
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            value = raw
+        _set_dotted(tree, key.strip(), value)
+    return tree
+
+
+def read_yaml(path: Path) -> dict:
+    """Read a spec file as a mapping, or raise a one-line UserError naming the file."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such spec file")
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a text file; a spec is UTF-8 YAML") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise UserError(f"{path}:{where} YAML syntax error: {problem}") from None
+    if tree is None:
+        raise UserError(f"{path}: the file is empty; see experiments/smoke.yaml for a minimal spec")
+    if not isinstance(tree, dict):
+        raise UserError(f"{path}: a spec is a YAML mapping at the top level, not {type(tree).__name__}")
+    return tree
+
+
+def parse_spec(tree: dict, origin: str = "<spec>") -> Experiment:
+    try:
+        return Experiment.model_validate(tree)
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; `pettingllms schema` lists the keys)"
+        more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        raise UserError(f"{origin}: {field}: {msg}{more}") from None
+
+
+def load_spec(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    """Load, override and validate a spec; every failure is one UserError line naming file and field."""
+    path = Path(path)
+    tree = apply_overrides(read_yaml(path), overrides or [])
+    return parse_spec(tree, str(path))
+
+
+def dump_spec(spec: Experiment) -> str:
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,95 @@
+"""One optimizer step per adapter: PPO-clip (+ optional k3 KL) on the agent's own samples.
+
+Samples that share a prompt are scored in one forward (the prompt once, its cache expanded to
+the K completions), and each forward is backpropagated at once, so memory holds one group.
+The loss is the token mean over all of an adapter's samples: each group's token sum is divided
+by the adapter's total completion tokens before backward, so accumulation equals one big batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import torch
+
+from pettingllms_cli.algorithms import k3_kl, masked_sum, ppo_clip_loss
+from pettingllms_cli.policy import Team, group_logprobs, pad_right
+from pettingllms_cli.rollout import Sample
+
+
+@dataclass
+class AgentStats:
+    loss: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    clip_frac: float = 0.0
+    tokens: int = 0
+    grad_norm: float = 0.0
+    skipped: bool = False
+    _sums: dict = field(default_factory=lambda: defaultdict(float))
+
+
+def _by_prompt(samples: list[Sample]) -> dict[tuple, list[Sample]]:
+    batches: dict[tuple, list[Sample]] = defaultdict(list)
+    for s in samples:
+        batches[(s.agent, tuple(s.prompt))].append(s)
+    return batches
+
+
+def update(team: Team, samples: list[Sample]) -> dict[str, AgentStats]:
+    """Backward over every adapter's samples and step its optimizer; returns stats per agent."""
+    spec = team.spec
+    algo = spec.algorithm
+    stats = {agent: AgentStats() for agent in spec.agents}
+    by_adapter: dict[str, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_adapter[spec.adapter_of(s.agent)].append(s)
+    for adapter, own in sorted(by_adapter.items()):
+        optimizer = team.optimizers[adapter]
+        optimizer.zero_grad(set_to_none=True)
+        total_tokens = sum(len(s.completion) for s in own)
+        for (agent, _), batch in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0].group):
+            st = stats[agent]
+            st.tokens += sum(len(s.completion) for s in batch)
+            if algo.kl_coef == 0 and all(s.advantage == 0 for s in batch):
+                continue  # no gradient signal: skip the forward, keep the tokens in the mean
+            _backward_batch(team, agent, batch, total_tokens, st)
+        params = team.params[adapter]
+        norm = float(torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm))
+        agents = {s.agent for s in own}
+        if math.isfinite(norm):
+            optimizer.step()
+        for agent in agents:
+            stats[agent].grad_norm = norm
+            stats[agent].skipped = not math.isfinite(norm)
+        optimizer.zero_grad(set_to_none=True)
+    for st in stats.values():
+        n = max(st.tokens, 1)
+        st.loss, st.kl, st.entropy, st.clip_frac = (st._sums[k] / n for k in ("loss", "kl", "entropy", "clip"))
+    return stats
+
+
+def _backward_batch(team: Team, agent: str, batch: list[Sample], total_tokens: int, st: AgentStats) -> None:
+    spec = team.spec
+    algo = spec.algorithm
+    model = team.activate(agent)
+    tokenizer = team.tokenizer_of(agent)
+    prompt = torch.tensor(batch[0].prompt)  # [Lp]
+    ids, mask = pad_right([s.completion for s in batch], tokenizer.pad_token_id)  # [K, Lc]
+    advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32)  # [K]
+    logp, entropy = group_logprobs(model, prompt, ids, spec.train.temperature, shared_prompt=True)
+    old_logp = logp.detach()  # one update per batch: the sampling policy is the current one
+    per_token, clipped = ppo_clip_loss(logp, old_logp, advantages, algo.clip_eps)
+    if algo.kl_coef > 0:
+        with torch.no_grad(), model.disable_adapter():
+            ref_logp, _ = group_logprobs(model, prompt, ids, spec.train.temperature, shared_prompt=True)
+        kl = k3_kl(logp, ref_logp)
+        per_token = per_token + algo.kl_coef * kl
+        st._sums["kl"] += float(masked_sum(kl.detach(), mask))
+    loss = masked_sum(per_token, mask) / total_tokens
+    loss.backward()
+    st._sums["loss"] += float(masked_sum(per_token.detach(), mask))
+    st._sums["entropy"] += float(masked_sum(entropy, mask))
+    st._sums["clip"] += float(masked_sum(clipped.float(), mask))

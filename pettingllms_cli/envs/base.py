@@ -132,7 +132,8 @@ class TurnEnv:
         raise NotImplementedError
 
     @classmethod
-    def load_problems(cls, data: str, split: str, seed: int, n: int) -> list[Problem]:
+    def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
+        """Up to n problems of `split` ("train" | "test") from `data` ("generated" or a file); options = env.options."""
         raise NotImplementedError
 
 

@@ -11,6 +11,9 @@ with the calculator. An episode ends when the answer is correct or after `max_tu
 a retry sees its previous attempt marked wrong. Option `format_bonus` (default 0) adds that
 much local reward to any action containing a number: format shaping for untrained models.
 
+Options: `ops` (default "+-*/"), the operations generated problems use; the caller's prompt
+shows one worked example per op.
+
 Data: `generated` (seeded templates), or GSM8K-format jsonl (`question`, `answer` ending in
 `#### N`); the last `eval_problems` records of a file are the held-out split.
 """
@@ -33,27 +36,31 @@ _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 CALLER_SYSTEM = "Write one calculator call whose result answers the question."
 VERIFIER_SYSTEM = "Check the calculator result and give the final answer as a number."
-SHOTS = [
-    ("Ann has 12 pens and buys 7 more. How many pens does Ann have?", "12+7"),
-    ("A box holds 6 eggs. How many eggs are in 4 boxes?", "6*4"),
-]
+# One worked example per operation; the prompt shows those of the ops in use.
+SHOTS = {
+    "+": ("Ann has 12 pens and buys 7 more. How many pens does Ann have?", "12+7"),
+    "-": ("Joe had 30 cups and broke 4. How many cups are left?", "30-4"),
+    "*": ("A box holds 6 eggs. How many eggs are in 4 boxes?", "4*6"),
+    "/": ("Kim splits 18 nuts equally among 3 kids. How many nuts does each kid get?", "18/3"),
+}
 
 # (template, expression) pairs; {a} and {b} are filled with numbers, {name} and {item} with words.
-TEMPLATES = [
-    ("{name} has {a} {item} and gets {b} more. How many {item} does {name} have?", "{a}+{b}"),
-    ("{name} had {a} {item} and gave away {b}. How many {item} are left?", "{a}-{b}"),
-    ("There are {a} bags with {b} {item} in each. How many {item} are there?", "{a}*{b}"),
-    ("{name} shares {p} {item} equally among {b} friends. How many {item} does each friend get?", "{p}/{b}"),
-]
+TEMPLATES = {
+    "+": ("{name} has {a} {item} and gets {b} more. How many {item} does {name} have?", "{a}+{b}"),
+    "-": ("{name} had {a} {item} and gave away {b}. How many {item} are left?", "{a}-{b}"),
+    "*": ("There are {a} bags with {b} {item} in each. How many {item} are there?", "{a}*{b}"),
+    "/": ("{name} shares {p} {item} equally among {b} friends. How many {item} does each friend get?", "{p}/{b}"),
+}
+OPS = "+-*/"
 NAMES = ["Tom", "Mia", "Sam", "Lea", "Ben", "Ava", "Max", "Zoe"]
 ITEMS = ["apples", "cards", "stamps", "marbles", "books", "coins"]
 
 
-def generate_problems(seed: int, n: int, prefix: str) -> list[Problem]:
+def generate_problems(seed: int, n: int, prefix: str, ops: str = OPS) -> list[Problem]:
     rng = random.Random(seed)
     problems = []
     for i in range(n):
-        template, expr = rng.choice(TEMPLATES)
+        template, expr = TEMPLATES[rng.choice(ops)]
         a, b = rng.randint(11, 60), rng.randint(2, 9)
         values = {"a": a, "b": b, "p": a * b, "name": rng.choice(NAMES), "item": rng.choice(ITEMS)}
         expression = expr.format(**values)
@@ -102,7 +109,7 @@ class MathToolEnv(TurnEnv):
         question = f"Question: {self.problem.question}"
         if role in ("tool_caller", "solver"):
             messages: list[Message] = [{"role": "system", "content": CALLER_SYSTEM}]
-            for q, expr in SHOTS:
+            for q, expr in (SHOTS[op] for op in self.options.get("ops", OPS)):
                 call = render_tool_call(ToolCall("calculator", {"expression": expr}))
                 messages += [{"role": "user", "content": f"Question: {q}"}, {"role": "assistant", "content": call}]
             content = question if self.feedback is None else f"{question}\n{self.feedback}"
@@ -158,11 +165,11 @@ class MathToolEnv(TurnEnv):
 
     # --- data ---------------------------------------------------------------------------------
     @classmethod
-    def load_problems(cls, data: str, split: str, seed: int, n: int) -> list[Problem]:
+    def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
         if data == "generated":
             # Train and test come from different seed streams; the held-out set never changes with steps.
             stream = seed * 2 + (1 if split == "test" else 0)
-            return generate_problems(stream, n, f"{split}-")
+            return generate_problems(stream, n, f"{split}-", (options or {}).get("ops", OPS))
         path = Path(data)
         records = read_jsonl(path)
         problems = []

@@ -1,0 +1,315 @@
+"""`function_call_v0`: answer a user request with the right function call (BFCL format).
+
+Layouts:
+- `multi`: `planner` names the function to use (`Function: <name>`); `caller` writes the
+  `<tool_call>` with the arguments (its reply is prefilled with the planner's choice). The env
+  checks the call against the JSON schema and, on a retry, both roles see why it was rejected.
+- `single`: `caller` picks the function and fills the arguments in one call.
+
+Rewards per action: team = the current call matches the ground truth (AST-style: function
+name, no unknown arguments, every required argument present, each value among the accepted
+ones with BFCL's normalisation: ints accepted for floats, strings compared without case,
+spaces and punctuation). Local: planner 1.0 for a correct function, 0.2 for another offered
+one, -0.1 for none; caller -0.1 for an unparseable call or unknown function, else the share
+of ground-truth arguments it got right. Solved when the call matches.
+
+Data: `generated` (a built-in 24-record BFCL `simple_python` sample, Apache-2.0) or a BFCL
+question file (JSON lines: `id`, `question`, `function`); answers are read from
+`possible_answer/<name>` beside it or `<stem>_answer.json` (`id`, `ground_truth`: per call,
+each argument's accepted values, `""` meaning it may be omitted).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.tools.calls import OPEN, ToolCall, parse_tool_call, render_tool_call, strip_tool_results
+
+DATA_DIR = Path(__file__).parent / "data"
+SAMPLE = DATA_DIR / "bfcl_sample.json"
+PLAN_PREFIX = "Function: "
+CALLER_SYSTEM = "Answer the request with one function call."
+PLANNER_SYSTEM = "Name the function that answers the request."
+SHOT_USER = "Request: Find the area of a circle with radius 3.\nFunction: circle_area(radius: integer, unit?: string)"
+SHOT_CALL = render_tool_call(ToolCall("circle_area", {"radius": 3}))
+_STRIP_RE = re.compile(r"[ ,./\-_*^'\"]")
+
+
+# --- matching (pure functions) ----------------------------------------------------------------
+def standardize(text: str) -> str:
+    """BFCL's string normalisation.
+
+    >>> standardize("New York, NY")
+    'newyorkny'
+    """
+    return _STRIP_RE.sub("", text).lower()
+
+
+def same_value(value: object, gold: object, kind: str = "any") -> bool:
+    """Whether a model's argument equals one accepted value (BFCL's type rules).
+
+    >>> same_value(10, 10.0, "float"), same_value(10.0, 10, "integer"), same_value("Paris ", "paris")
+    (True, False, True)
+    >>> same_value(True, 1), same_value([1, 2], [1, 2], "array")
+    (False, True)
+    """
+    if isinstance(gold, bool) or isinstance(value, bool):
+        return type(value) is type(gold) and value == gold
+    if isinstance(gold, (int, float)):
+        if not isinstance(value, (int, float)) or (kind == "integer" and isinstance(value, float)):
+            return False
+        return abs(value - gold) <= 1e-9 * max(1.0, abs(gold))
+    if isinstance(gold, str):
+        return isinstance(value, str) and standardize(value) == standardize(gold)
+    if isinstance(gold, list):
+        return isinstance(value, list) and len(value) == len(gold) and all(map(same_value, value, gold))
+    if isinstance(gold, dict):
+        return isinstance(value, dict) and _dict_matches(value, gold)
+    return value == gold
+
+
+def _dict_matches(value: dict, gold: dict) -> bool:
+    for key, accepted in gold.items():
+        accepted = accepted if isinstance(accepted, list) else [accepted]
+        if key not in value:
+            if "" not in accepted:
+                return False
+        elif not any(same_value(value[key], a) for a in accepted if a != ""):
+            return False
+    return set(value) <= set(gold)
+
+
+def score_call(call: ToolCall, gold: dict, schema: dict) -> tuple[bool, float, str]:
+    """(matches, share of gold arguments right, why not) for one call against one gold call."""
+    name, args = next(iter(gold.items()))
+    if call.name != name:
+        return False, 0.0, f"function {call.name!r} does not answer this request"
+    props = schema.get("parameters", {}).get("properties", {})
+    unknown = [k for k in call.arguments if k not in props]
+    if unknown:
+        return False, 0.0, f"unknown argument {unknown[0]!r}"
+    right, problems = 0, []
+    for key, accepted in args.items():
+        kind = props.get(key, {}).get("type", "any")
+        if key not in call.arguments:
+            right += "" in accepted
+            if "" not in accepted:
+                problems.append(f"missing argument {key!r}")
+        elif any(same_value(call.arguments[key], a, kind) for a in accepted if a != ""):
+            right += 1
+        else:
+            problems.append(f"argument {key!r} has a wrong value")
+    share = right / max(1, len(args))
+    return not problems, share, "; ".join(problems)
+
+
+def signature(fn: dict) -> str:
+    """A compact one-line signature; `?` marks optional arguments.
+
+    >>> signature({"name": "f", "parameters": {"properties": {"x": {"type": "integer"}, "u": {"type": "string"}},
+    ...            "required": ["x"]}})
+    'f(x: integer, u?: string)'
+    """
+    params = fn.get("parameters", {})
+    required = set(params.get("required", []))
+    args = [f"{k}{'' if k in required else '?'}: {v.get('type', 'any')}" for k, v in params.get("properties", {}).items()]
+    return f"{fn['name']}({', '.join(args)})"
+
+
+class FunctionCallEnv(TurnEnv):
+    name = "function_call_v0"
+    layouts = {"multi": ("planner", "caller"), "single": ("caller",)}
+
+    def _reset_task(self) -> None:
+        self.chosen: str | None = None  # the planner's function
+        self.correct = False
+        self.feedback: str | None = None
+
+    @property
+    def functions(self) -> list[dict]:
+        return self.problem.meta["functions"]
+
+    @property
+    def gold(self) -> list[dict]:
+        return self.problem.answer
+
+    # --- observations ---------------------------------------------------------------------
+    def observe(self, role: str) -> list[Message]:
+        request = f"Request: {self.problem.question}"
+        if self.feedback:
+            request += f"\n{self.feedback}"
+        if role == "planner":
+            names = "\n".join(f"- {f['name']}: {f.get('description', '')[:80]}" for f in self.functions)
+            return [
+                {"role": "system", "content": PLANNER_SYSTEM},
+                {"role": "user", "content": f"{request}\nFunctions:\n{names}"},
+                {"role": "assistant", "content": PLAN_PREFIX},
+            ]
+        offered = [f for f in self.functions if f["name"] == self.chosen] or self.functions
+        sigs = "\n".join(signature(f) for f in offered)
+        prefix = f'{OPEN}{{"name": "{offered[0]["name"]}", "arguments": {{' if len(offered) == 1 else f'{OPEN}{{"name": "'
+        return [
+            {"role": "system", "content": CALLER_SYSTEM},
+            {"role": "user", "content": SHOT_USER},
+            {"role": "assistant", "content": SHOT_CALL},
+            {"role": "user", "content": f"{request}\nFunction: {sigs}"},
+            {"role": "assistant", "content": prefix},
+        ]
+
+    # --- actions ----------------------------------------------------------------------------
+    def _act(self, role: str, text: str) -> Outcome:
+        text = strip_tool_results(text)
+        return self._plan(text) if role == "planner" else self._call(text)
+
+    def _plan(self, text: str) -> Outcome:
+        body = text.removeprefix(PLAN_PREFIX)
+        hits = [(body.find(f["name"]), -len(f["name"]), f["name"]) for f in self.functions if f["name"] in body]
+        self.chosen = min(hits)[2] if hits else None
+        gold_names = {next(iter(g)) for g in self.gold}
+        local = -0.1 if self.chosen is None else 1.0 if self.chosen in gold_names else 0.2
+        return Outcome(local, float(self.correct), info={"function": self.chosen})
+
+    def _call(self, text: str) -> Outcome:
+        calls = _parse_calls(text)
+        if not calls or isinstance(calls[0], str):
+            self.correct = False
+            self.feedback = f"Your last call was rejected: {calls[0] if calls else 'no <tool_call> block'}."
+            return Outcome(-0.1, 0.0, info={"tool_error": self.feedback})
+        schemas = {f["name"]: f for f in self.functions}
+        if any(c.name not in schemas for c in calls if isinstance(c, ToolCall)):
+            self.correct = False
+            self.feedback = "Your last call used a function that is not offered."
+            return Outcome(-0.1, 0.0, info={"tool_error": "unknown function"})
+        self.correct, share, why = _match_all([c for c in calls if isinstance(c, ToolCall)], self.gold, schemas)
+        self.feedback = None if self.correct else f"Your last call was wrong: {why}."
+        return Outcome(
+            share,
+            float(self.correct),
+            solved=self.correct,
+            info={"calls": [c.__dict__ for c in calls if isinstance(c, ToolCall)]},
+        )
+
+    # --- reference and corrupted actions ----------------------------------------------------
+    def reference_action(self, role: str) -> str:
+        if role == "planner":
+            return PLAN_PREFIX + next(iter(self.gold[0]))
+        return "".join(render_tool_call(ToolCall(name, _reference_args(args))) for g in self.gold for name, args in g.items())
+
+    def corrupted_actions(self, role: str) -> list[str]:
+        """Wrong function and wrong value (for the planner: a function that is not offered)."""
+        if role == "planner":
+            return [PLAN_PREFIX + "no_such_function"]
+        name, args = next(iter(self.gold[0].items()))
+        good = _reference_args(args)
+        wrong_value = dict(good)
+        if good:
+            key = next(iter(good))
+            wrong_value[key] = _wrong(good[key])
+        wrong_fn = render_tool_call(ToolCall(name + "_other", good))
+        return [wrong_fn, render_tool_call(ToolCall(name, wrong_value)) if good else wrong_fn]
+
+    # --- data ---------------------------------------------------------------------------------
+    @classmethod
+    def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
+        path = SAMPLE if data == "generated" else Path(data)
+        problems = load_bfcl(path)
+        return split_records(problems, split, max(1, len(problems) // 5))[:n]
+
+
+def _parse_calls(text: str) -> list[ToolCall | str]:
+    """Every `<tool_call>` block in order (a malformed one as its error string)."""
+    return [parse_tool_call(text[i:]) for i in [m.start() for m in re.finditer(re.escape(OPEN), text)]]
+
+
+def _match_all(calls: list[ToolCall], gold: list[dict], schemas: dict) -> tuple[bool, float, str]:
+    """Each gold call matched by a distinct model call, in any order; no extra calls."""
+    left, shares, why = list(calls), [], ""
+    for g in gold:
+        scored = [(score_call(c, g, schemas[c.name]), i) for i, c in enumerate(left)]
+        if not scored:
+            return False, sum(shares) / len(gold), "a call is missing"
+        (ok, share, reason), i = max(scored, key=lambda s: (s[0][0], s[0][1]))
+        shares.append(share)
+        why = why or reason
+        if ok:
+            left.pop(i)
+    matched = not why and not left
+    return matched, sum(shares) / len(gold), why or ("too many calls" if left else "")
+
+
+def _reference_args(args: dict) -> dict:
+    """The first accepted value of each argument; omittable ones whose first option is `""` are left out.
+
+    >>> _reference_args({"a": [1], "b": ["", 2], "c": [{"k": ["x", "y"]}]})
+    {'a': 1, 'c': {'k': 'x'}}
+    """
+    return {k: _resolve(v[0]) for k, v in args.items() if isinstance(v, list) and v and v[0] != ""}
+
+
+def _resolve(value: object) -> object:
+    """Nested gold dicts hold lists of accepted values too; pick the first at every level."""
+    if isinstance(value, dict):
+        return _reference_args(value)
+    if isinstance(value, list):
+        return [_resolve(v) for v in value]
+    return value
+
+
+def _wrong(value: object) -> object:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 7
+    if isinstance(value, str):
+        return value + " zzz"
+    return "zzz"
+
+
+# --- BFCL files ----------------------------------------------------------------------------------
+def answer_path(question_file: Path) -> Path:
+    """`possible_answer/<name>` beside the question file, else `<stem>_answer.json`."""
+    beside = question_file.parent / "possible_answer" / question_file.name
+    if beside.is_file():
+        return beside
+    stem = question_file.with_name(f"{question_file.stem}_answer{question_file.suffix or '.json'}")
+    if stem.is_file():
+        return stem
+    raise UserError(f"{question_file}: no answer file; expected {beside} or {stem} (BFCL `ground_truth` records)")
+
+
+def load_bfcl(path: Path) -> list[Problem]:
+    questions = read_jsonl(path)
+    apath = answer_path(path)
+    answers = {str(a.get("id")): a for a in read_jsonl(apath)}
+    problems = []
+    for i, rec in enumerate(questions, 1):
+        if not isinstance(rec.get("function"), list) or "question" not in rec or not rec["function"]:
+            raise UserError(f"{path}: record {i} needs `id`, `question` and a non-empty `function` list (BFCL format)")
+        rid = str(rec.get("id", i))
+        gold = answers.get(rid, {}).get("ground_truth")
+        if not _valid_gold(gold):
+            raise UserError(f"{apath}: no valid `ground_truth` for id {rid!r} (question record {i} of {path})")
+        names = {f.get("name") for f in rec["function"] if isinstance(f, dict)}
+        if any(next(iter(g)) not in names for g in gold):
+            raise UserError(f"{apath}: ground truth for id {rid!r} calls a function that record {i} does not define")
+        problems.append(Problem(rid, _question_text(rec["question"]), gold, {"functions": rec["function"]}))
+    return problems
+
+
+def _valid_gold(gold: object) -> bool:
+    return (
+        isinstance(gold, list)
+        and bool(gold)
+        and all(isinstance(g, dict) and len(g) == 1 and isinstance(next(iter(g.values())), dict) for g in gold)
+    )
+
+
+def _question_text(question: object) -> str:
+    """The user text of a BFCL question (a string, a list of messages, or a list of turns)."""
+    if isinstance(question, str):
+        return question
+    flat = [m for turn in question for m in (turn if isinstance(turn, list) else [turn])]
+    return "\n".join(str(m.get("content", "")) for m in flat if isinstance(m, dict) and m.get("role", "user") == "user")

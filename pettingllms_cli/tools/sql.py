@@ -1,0 +1,83 @@
+"""The SQL tool: one query on a read-only SQLite connection, with a time limit and a row cap.
+
+The database file is opened with a `file:...?mode=ro` URI and `PRAGMA query_only`, and an
+authorizer allows only reads (no `ATTACH`, `PRAGMA`, DDL or DML), so no statement can change
+any file; a progress handler aborts queries that run past the time limit; at most `max_rows`
+rows come back. Errors are returned, never raised, so the env can turn them into a penalty.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+TIME_LIMIT_S = 1.0
+MAX_ROWS = 20
+
+
+@dataclass
+class QueryResult:
+    ok: bool
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple] = field(default_factory=list)
+    error: str | None = None
+    truncated: bool = False
+
+    def render(self, limit: int = 5) -> str:
+        """Rows as short text for a prompt.
+
+        >>> QueryResult(True, ["n"], [(3,)]).render()
+        '(3)'
+        >>> QueryResult(False, error="no such table: x").render()
+        'error: no such table: x'
+        """
+        if not self.ok:
+            return f"error: {self.error}"
+        if not self.rows:
+            return "(no rows)"
+        lines = ["(" + ", ".join(str(v) for v in row) + ")" for row in self.rows[:limit]]
+        more = len(self.rows) - limit
+        return "\n".join(lines) + (f"\n... {more} more rows" if more > 0 else "")
+
+
+def connect_readonly(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write: read-only URI plus `query_only`."""
+    conn = sqlite3.connect(f"file:{quote(str(Path(path).resolve()))}?mode=ro", uri=True, check_same_thread=False)
+    conn.execute("PRAGMA query_only = ON")
+    conn.set_authorizer(_authorize)  # ATTACH would create a file even on a read-only connection
+    return conn
+
+
+_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
+
+
+def _authorize(action: int, *_: object) -> int:
+    """Only reading statements are allowed: SELECT, column reads, functions, recursive CTEs."""
+    return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY
+
+
+def run_query(path: Path, query: str, time_limit: float = TIME_LIMIT_S, max_rows: int = MAX_ROWS) -> QueryResult:
+    """Run one statement read-only; errors come back in the result."""
+    if not isinstance(query, str) or not query.strip():
+        return QueryResult(False, error="empty query")
+    try:
+        conn = connect_readonly(path)
+    except sqlite3.Error as e:
+        return QueryResult(False, error=f"cannot open database: {e}")
+    deadline = time.monotonic() + time_limit
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)  # non-zero aborts the query
+    try:
+        cursor = conn.execute(query)
+        rows = cursor.fetchmany(max_rows + 1)
+        columns = [d[0] for d in cursor.description or []]
+        return QueryResult(True, columns, [tuple(r) for r in rows[:max_rows]], truncated=len(rows) > max_rows)
+    except sqlite3.OperationalError as e:
+        message = "query exceeded the time limit" if "interrupted" in str(e) else str(e)
+        return QueryResult(False, error=message)
+    except (sqlite3.Error, ValueError, OverflowError) as e:  # Warning: several statements; ValueError: NUL in query
+        return QueryResult(False, error=str(e) or type(e).__name__)
+    finally:
+        conn.close()

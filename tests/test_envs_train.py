@@ -1,0 +1,51 @@
+"""One short training step per new env with the tiny random model, and every shipped experiment validates."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pettingllms_cli.envs import ENVS
+from pettingllms_cli.spec import load_spec, parse_spec
+from pettingllms_cli.train import train
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+slow = pytest.mark.slow  # ~25-50 s each on 2 busy cores; CI runs them, the default quick run keeps two
+# (env, layout): multi where a tool (sandbox, SQL) sits between the roles, single elsewhere to keep it fast.
+CASES = [
+    ("function_call_v0", "single"),
+    ("sokoban_v0", "multi"),
+    pytest.param("code_v0", "multi", marks=slow),
+    pytest.param("sql_v0", "multi", marks=slow),
+    pytest.param("sudoku4x4_v0", "single", marks=slow),
+    pytest.param("plan_path_v0", "single", marks=slow),
+]
+
+
+@pytest.mark.parametrize(("env", "layout"), CASES)
+def test_one_training_step(smoke_tree, tmp_path, env, layout):
+    tree = dict(smoke_tree)
+    tree["env"] = {"name": env, "layout": layout, "data": "generated", "max_turns": 1, "eval_problems": 1}
+    tree["agents"] = {
+        role: {"model": "tiny", "roles": [role], "lora": {"r": 4, "alpha": 8}} for role in ENVS[env].layouts[layout]
+    }
+    tree["algorithm"] = {**tree["algorithm"], "group_size": 2}
+    tree["train"] = {**tree["train"], "steps": 1, "problems_per_step": 1, "max_new_tokens": 8}
+    run = train(parse_spec(tree), tmp_path / "run")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1]
+    assert all(math.isfinite(rows[0][f"loss/{role}"]) for role in tree["agents"])
+    assert rows[0]["tokens_generated"] > 0
+
+
+@pytest.mark.parametrize(
+    "path", sorted(p.name for p in EXPERIMENTS.glob("*_single.yaml")) + sorted(p.name for p in EXPERIMENTS.glob("*_multi.yaml"))
+)
+def test_shipped_experiment_validates(path):
+    spec = load_spec(EXPERIMENTS / path)
+    assert spec.env.name in ENVS and spec.env.layout in path
+    header = (EXPERIMENTS / path).read_text().splitlines()[0]
+    assert header == f"# pettingllms train experiments/{path}"

@@ -22,6 +22,8 @@ def group_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], scale: b
     adv = torch.zeros_like(rewards)
     for idx in members.values():
         r = rewards[idx]  # [G]
+        if r.max() == r.min():
+            continue  # exactly zero, not float noise: such a group carries no signal
         centred = r - r.mean()
         if scale and len(idx) > 1:
             centred = centred / (r.std() + eps)

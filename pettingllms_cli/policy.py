@@ -106,26 +106,36 @@ class Team:
     def sample(
         self, agent: str, prompts: list[list[int]], k: int, max_new_tokens: int, temperature: float, greedy: bool = False
     ) -> list[list[torch.Tensor]]:
-        """K completions for each prompt, in one batched generate. Returns [prompt][k] -> ids [T_i]."""
+        """K completions for each prompt, in one batched generate. Returns [prompt][k] -> ids [T_i].
+
+        Each distinct prompt is prefilled once and its key/value cache expanded to its K samples,
+        so the prompt (often 10x the completion) is not recomputed K times.
+        """
         model = self.activate(agent)
         tokenizer = self.tokenizer_of(agent)
         pad = tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
-        rows = [[pad] * (width - len(p)) + p for p in prompts for _ in range(k)]
-        input_ids = torch.tensor(rows)  # [P*K, L]
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts for _ in range(k)])
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # [P, L], left-padded
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [P, L]
         was_training = model.training
         model.eval()
+        cache = None
+        if width > 1:
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers left-padded rows
+            prefill = model(
+                input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True, logits_to_keep=1
+            )
+            cache = prefill.cache
+            cache.batch_repeat_interleave(k)
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if not greedy else {"do_sample": False}
         out = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
+            input_ids=ids.repeat_interleave(k, 0),
+            attention_mask=mask.repeat_interleave(k, 0),
+            cache=cache,
             max_new_tokens=max_new_tokens,
-            do_sample=not greedy,
-            temperature=temperature if not greedy else None,
-            top_k=0 if not greedy else None,
-            top_p=1.0 if not greedy else None,
             pad_token_id=pad,
             eos_token_id=tokenizer.eos_token_id,
+            **sampling,
         )
         model.train(was_training)
         completions = [cut_at_eos(row, tokenizer.eos_token_id) for row in out[:, width:]]

@@ -1,0 +1,59 @@
+"""AT-GRPO math against numbers computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pettingllms_cli.algorithms import group_advantages, k3_kl, ppo_clip_loss, zero_std_groups
+
+
+def test_advantages_by_hand():
+    # group a: rewards 1, 0, 2 -> mean 1, unbiased std 1 -> (0, -1, 1)
+    # group b: rewards 4, 6 -> mean 5, std sqrt(2) -> (-1/sqrt2, 1/sqrt2)
+    rewards = torch.tensor([1.0, 4.0, 0.0, 6.0, 2.0])
+    groups = [("p1", "caller", 0), ("p2", "caller", 0), ("p1", "caller", 0), ("p2", "caller", 0), ("p1", "caller", 0)]
+    adv = group_advantages(rewards, groups, eps=0.0)
+    expected = [0.0, -1 / math.sqrt(2), -1.0, 1 / math.sqrt(2), 1.0]
+    assert adv.tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_two_problems_never_share_a_group():
+    # Same role and turn, different problems: pooled they would give nonzero advantages.
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    groups = [("p1", "r", 0), ("p1", "r", 0), ("p2", "r", 0), ("p2", "r", 0)]
+    assert group_advantages(rewards, groups).tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert zero_std_groups(rewards, groups) == {("p1", "r", 0), ("p2", "r", 0)}
+
+
+def test_equal_rewards_give_zero_advantage_without_scaling():
+    adv = group_advantages(torch.tensor([0.3] * 8), ["g"] * 8, scale=False)
+    assert torch.count_nonzero(adv) == 0
+
+
+def test_ppo_clip_by_hand():
+    # ratio = exp(logp - old): token 1 ratio 1.5 with A=+1 -> clipped to 1.2 -> loss -1.2
+    # token 2 ratio 0.5 with A=+1 -> min(0.5, 0.8) = 0.5 -> loss -0.5
+    # token 3 ratio 0.5 with A=-2 -> min(-1.0, -1.6) = -1.6 -> loss 1.6 (clipped)
+    # token 4 ratio 1.5 with A=-2 -> min(-3.0, -2.4) = -3.0 -> loss 3.0
+    old = torch.zeros(2, 2)
+    logp = torch.log(torch.tensor([[1.5, 0.5], [0.5, 1.5]]))
+    loss, clipped = ppo_clip_loss(logp, old, torch.tensor([1.0, -2.0]), clip_eps=0.2)
+    assert loss.flatten().tolist() == pytest.approx([-1.2, -0.5, 1.6, 3.0], abs=1e-6)
+    assert clipped.tolist() == [[True, False], [True, False]]
+
+
+def test_ppo_gradient_at_ratio_one_is_policy_gradient():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, _ = ppo_clip_loss(logp, logp.detach(), torch.tensor([0.5]), clip_eps=0.2)
+    loss.sum().backward()
+    assert logp.grad.tolist() == [[-0.5, -0.5]]
+
+
+def test_k3_by_hand():
+    # d = ref - logp = -0.5 -> exp(-0.5) + 0.5 - 1
+    kl = k3_kl(torch.tensor([[-1.0]]), torch.tensor([[-1.5]]))
+    assert kl.item() == pytest.approx(math.exp(-0.5) - 0.5, abs=1e-7)
+    assert k3_kl(torch.tensor([[-2.0]]), torch.tensor([[-2.0]])).item() == 0.0

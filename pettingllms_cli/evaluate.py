@@ -1,15 +1,27 @@
-"""Score the team on fixed problems: one episode per problem, greedy by default."""
+"""Score the team on fixed problems: one episode per problem, greedy by default.
+
+`evaluate` scores a loaded team; `run_eval` resolves what `pettingllms eval TARGET` names (a
+run directory, a checkpoint folder or a spec file), loads it and scores it.
+"""
 
 from __future__ import annotations
 
+import re
 import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
+from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy import Team
-from pettingllms_cli.rollout import tree_rollout
+from pettingllms_cli.rollout import Sample, tree_rollout
 from pettingllms_cli.spec import Experiment
+from pettingllms_cli.stats import wilson_interval
+
+_TMP_RE = re.compile(r"^step_\d+\.tmp-\d+$")  # a checkpoint write that never finished
 
 
 def make_envs(spec: Experiment, problems: list[Problem]) -> list[TurnEnv]:
@@ -26,20 +38,225 @@ def episode_metrics(episodes: list[TurnEnv]) -> dict[str, float]:
     }
 
 
-def evaluate(team: Team, spec: Experiment, problems: list[Problem], batch_size: int = 16) -> dict:
-    """Greedy episodes on `problems`, batched; returns success, attempts, tokens and seconds."""
+def agent_rewards(samples: list[Sample]) -> dict[str, float]:
+    """Mean reward of each agent's actions, keyed `reward/<agent>`.
+
+    >>> from types import SimpleNamespace as S
+    >>> agent_rewards([S(agent="a", reward=1.0), S(agent="a", reward=0.0), S(agent="b", reward=0.5)])
+    {'reward/a': 0.5, 'reward/b': 0.5}
+    """
+    by_agent: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        by_agent[s.agent].append(s.reward)
+    return {f"reward/{a}": sum(r) / len(r) for a, r in sorted(by_agent.items())}
+
+
+@torch.inference_mode()
+def action_logprobs(team: Team, samples: list[Sample]) -> dict[str, float]:
+    """Mean per-token log-probability each agent's policy gives the actions it took, `action_logprob/<agent>`.
+
+    A continuous fingerprint of the policy: it moves with any adapter change, even when the
+    decoded text (and so success) does not. One forward over prompt + action per action.
+    """
+    by_agent: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        if len(s.completion) == 0:
+            continue
+        model = team.activate(s.agent)
+        was_training = model.training
+        model.eval()
+        ids = torch.cat([torch.tensor(s.prompt), s.completion])[None]  # [1, Lp+Lc]
+        logits = model(input_ids=ids).logits[0, len(s.prompt) - 1 : -1].float()  # [Lc, V]
+        model.train(was_training)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, s.completion[:, None]).squeeze(-1)  # [Lc]
+        by_agent[s.agent].append(float(logp.mean()))
+    return {f"action_logprob/{a}": sum(v) / len(v) for a, v in sorted(by_agent.items())}
+
+
+def tool_call_validity(transcripts: list[list[dict]]) -> dict[str, float]:
+    """Per role, the share of its tool calls that parsed and ran (`tool_call`) vs failed (`tool_error`).
+
+    Roles that never attempt a tool (no such keys in their transcript entries) are left out.
+
+    >>> tool_call_validity([[{"role": "caller", "tool_call": "1+1 = 2"}, {"role": "caller", "tool_error": "bad"},
+    ...                      {"role": "verifier", "answer": 2.0}]])
+    {'tool_call_validity/caller': 0.5}
+    """
+    valid: dict[str, list[bool]] = defaultdict(list)
+    for transcript in transcripts:
+        for entry in transcript:
+            if "tool_call" in entry or "tool_error" in entry:
+                valid[entry["role"]].append("tool_call" in entry)
+    return {f"tool_call_validity/{r}": sum(v) / len(v) for r, v in sorted(valid.items())}
+
+
+def episode_record(env: TurnEnv) -> dict:
+    """What one episode did, compactly: outcome and each action's text (to diff two policies)."""
+    return {
+        "id": env.problem.id,
+        "success": env.success,
+        "attempts": env.attempts,
+        "actions": [t["text"] for t in env.transcript],
+    }
+
+
+def pick_transcripts(episodes: list[TurnEnv], n: int) -> list[dict]:
+    """Up to n episode states for reports, solved ones first, so a reader sees what success looks like."""
+    ordered = sorted(episodes, key=lambda e: not e.success)
+    return [e.state() for e in ordered[:n]]
+
+
+def evaluate(
+    team: Team,
+    spec: Experiment,
+    problems: list[Problem],
+    batch_size: int = 16,
+    temperature: float | None = None,
+    seed: int = 0,
+    n_transcripts: int = 3,
+    score_actions: bool = True,
+) -> dict:
+    """One episode per problem (greedy, or sampled at `temperature` from `seed`), batched.
+
+    Returns success with its 95% Wilson interval, attempts, turns, per-agent reward and action
+    log-probability (`score_actions`), per-role tool-call validity, tokens, seconds, per-episode
+    outcomes and a few transcripts.
+    """
+    if temperature is not None:
+        spec = spec.model_copy(update={"train": spec.train.model_copy(update={"temperature": temperature})})
     start = time.perf_counter()
     episodes: list[TurnEnv] = []
+    samples: list[Sample] = []
     tokens = 0
-    with torch.random.fork_rng():
+    with torch.random.fork_rng():  # eval must not move the training RNG
+        torch.manual_seed(seed)
         for i in range(0, len(problems), batch_size):
-            rollout = tree_rollout(team, spec, make_envs(spec, problems[i : i + batch_size]), k=1, greedy=True)
+            envs = make_envs(spec, problems[i : i + batch_size])
+            rollout = tree_rollout(team, spec, envs, k=1, greedy=temperature is None)
             episodes += rollout.episodes
+            samples += rollout.samples
             tokens += rollout.tokens
+    successes = sum(e.success for e in episodes)
     return {
         **episode_metrics(episodes),
+        "team_success_ci": list(wilson_interval(successes, len(episodes))),
+        "successes": successes,
         "episodes": len(episodes),
+        **agent_rewards(samples),
+        **(action_logprobs(team, samples) if score_actions else {}),
+        **tool_call_validity([e.transcript for e in episodes]),
         "tokens_generated": tokens,
         "seconds": round(time.perf_counter() - start, 3),
-        "transcripts": [e.state() for e in episodes[:3]],
+        "decoding": "greedy" if temperature is None else f"temperature={temperature}",
+        "per_episode": [episode_record(e) for e in episodes],
+        "transcripts": pick_transcripts(episodes, n_transcripts),
+    }
+
+
+# --- what `pettingllms eval TARGET` names ------------------------------------------------------
+@dataclass
+class Target:
+    spec: Experiment
+    checkpoint: Path | None  # None: the untrained base models
+    kind: str  # "run" | "checkpoint" | "spec"
+
+
+def resolve_target(path: Path) -> Target:
+    """A spec file, a run directory (its newest complete checkpoint) or one checkpoint folder."""
+    from pettingllms_cli.checkpoint import STATE_FILE, complete_checkpoints
+    from pettingllms_cli.spec import load_spec
+
+    if path.is_file():
+        return Target(load_spec(path), None, "spec")
+    if not path.is_dir():
+        raise UserError(f"{path}: no such file or directory; pass a run directory, a checkpoint folder or a spec file")
+    if (path / "spec.yaml").is_file() and not _looks_like_checkpoint(path):
+        found = complete_checkpoints(path)
+        if not found:
+            raise UserError(
+                f"{path}: the run has no complete checkpoint (interrupted before the first save?); "
+                f"resume it with `pettingllms train --resume`, or evaluate {path / 'spec.yaml'} for the untrained base"
+            )
+        spec = load_spec(path / "spec.yaml")
+        return Target(spec, _check_adapters(spec, found[-1][1]), "run")
+    if _looks_like_checkpoint(path):
+        spec_file = path.parent.parent / "spec.yaml"
+        if _TMP_RE.match(path.name) or not (path / STATE_FILE).is_file():
+            why = "an unfinished write" if _TMP_RE.match(path.name) else f"no {STATE_FILE}"
+            raise UserError(f"{path}: partial checkpoint ({why}); use a complete step_N folder or the run directory")
+        if not spec_file.is_file():
+            raise UserError(f"{path}: checkpoint without its run's spec.yaml at {spec_file}; evaluate the run directory instead")
+        spec = load_spec(spec_file)
+        return Target(spec, _check_adapters(spec, path), "checkpoint")
+    raise UserError(
+        f"{path}: not a run directory (no spec.yaml) nor a checkpoint folder; "
+        "pass a run directory, checkpoints/step_N or a spec file"
+    )
+
+
+def _check_adapters(spec: Experiment, folder: Path) -> Path:
+    """Fail before any weight loads when an agent's adapter file is missing."""
+    for agent in sorted(spec.agents):
+        if not (folder / agent / "adapter_model.safetensors").is_file():
+            raise UserError(
+                f"{folder}: partial checkpoint, no adapter for agent {agent!r}; use an earlier complete step_N folder"
+            )
+    return folder
+
+
+def _looks_like_checkpoint(path: Path) -> bool:
+    from pettingllms_cli.checkpoint import STATE_FILE
+
+    return (path / STATE_FILE).is_file() or path.name.startswith("step_") or path.parent.name == "checkpoints"
+
+
+def eval_problems(spec: Experiment, split: str, seed: int, n: int) -> list[Problem]:
+    """The problems an eval scores: the env's split of `spec.env.data`, seeded; an unreadable file is a UserError."""
+    if split not in ("train", "test"):
+        raise UserError(f"--split {split!r}: use `test` (held-out) or `train`")
+    env_cls = ENVS[spec.env.name]
+    try:
+        problems = env_cls.load_problems(spec.env.data, split, seed, n, spec.env.options)
+    except UserError:
+        raise
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise UserError(f"{spec.env.data}: {spec.env.name} cannot read this data file ({type(e).__name__}: {e})") from None
+    if not problems:
+        raise UserError(f"{spec.env.data}: no {split} problems for {spec.env.name}")
+    return problems
+
+
+def run_eval(
+    target: Path,
+    data: str | None = None,
+    split: str = "test",
+    episodes: int | None = None,
+    seed: int | None = None,
+    temperature: float | None = None,
+) -> dict:
+    """Resolve, load and score TARGET; the result adds what was scored to `evaluate`'s dict."""
+    from pettingllms_cli.checkpoint import load_adapters
+
+    resolved = resolve_target(target)
+    spec = resolved.spec
+    if data is not None:
+        spec = spec.model_copy(update={"env": spec.env.model_copy(update={"data": data})})
+    seed = spec.seed if seed is None else seed  # default: the problems train scored before and after
+    problems = eval_problems(spec, split, seed, episodes or spec.env.eval_problems)  # before any weight loads
+    team = Team(spec)
+    if resolved.checkpoint is not None:
+        load_adapters(team, resolved.checkpoint)
+    result = evaluate(team, spec, problems, temperature=temperature, seed=seed)
+    step = resolved.checkpoint.name.removeprefix("step_") if resolved.checkpoint else "0"
+    return {
+        "target": str(target),
+        "kind": resolved.kind,
+        "checkpoint": str(resolved.checkpoint) if resolved.checkpoint else None,
+        "step": int(step) if step.isdigit() else None,
+        "spec": spec.name,
+        "env": spec.env.name,
+        "data": spec.env.data,
+        "split": split,
+        "seed": seed,
+        **result,
     }

@@ -1,0 +1,102 @@
+"""Rendering helpers shared by report.md/html and compare.md/html: PNG line plots, tables, a page.
+
+Plots use matplotlib's Agg backend (no display); HTML pages inline them as base64 so one file
+can be mailed or attached to a ticket.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+
+Series = dict[str, tuple[list[float], list[float]]]  # label -> (x, y)
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+img{max-width:100%;border:1px solid #eee;margin:0.5em 0}.plots{display:flex;flex-wrap:wrap;gap:8px}
+.plots img{width:48%}.episode{border:1px solid #ddd;border-radius:6px;padding:0.5em 1em;margin:1em 0}
+.msg{margin:0.4em 0}.role{font-weight:bold;color:#0b5394}.note{color:#555;font-size:0.9em;margin-left:1.5em}
+pre{white-space:pre-wrap;background:#f8f8f8;padding:4px 8px;margin:2px 0}.ok{color:#137333}.fail{color:#a50e0e}
+"""
+
+
+def line_plot(series: Series, title: str, ylabel: str, xlabel: str = "step") -> bytes:
+    """One PNG with a line per series."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and in tests
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
+    try:
+        for label, (x, y) in series.items():
+            ax.plot(x, y, marker="o" if len(x) <= 30 else None, markersize=3, label=label)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if xlabel == "step":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        if len(series) > 1:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        return buf.getvalue()
+    finally:
+        plt.close(fig)
+
+
+def data_uri(png: bytes) -> str:
+    """A PNG as an inline `data:` URI.
+
+    >>> data_uri(b"x")
+    'data:image/png;base64,eA=='
+    """
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A table cell: numbers rounded, missing values as an em dash.
+
+    >>> fmt(0.12345), fmt(None), fmt(3), fmt(float("nan"))
+    ('0.123', '—', '3', '—')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def md_table(headers: list[str], rows: list[list]) -> list[str]:
+    """Markdown table lines.
+
+    >>> md_table(["a", "b"], [[1, 0.5]])
+    ['| a | b |', '|---|---|', '| 1 | 0.500 |']
+    """
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return lines + ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+
+
+def html_table(headers: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_images(pngs: dict[str, bytes]) -> str:
+    imgs = "".join(f'<img alt="{html.escape(name)}" src="{data_uri(png)}">' for name, png in pngs.items())
+    return f'<div class="plots">{imgs}</div>'
+
+
+def html_page(title: str, body: str) -> str:
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{CSS}</style></head><body>\n{body}\n</body></html>\n"
+    )

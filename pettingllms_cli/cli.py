@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pettingllms_cli.errors import UserError
@@ -45,13 +47,29 @@ def train(
     seed: Annotated[int | None, typer.Option(help="Override the seed.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the newest complete checkpoint in the run directory.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing run directory.")] = False,
+    force: Annotated[
+        bool, typer.Option(help="With --resume: continue although the spec differs from the run's (recorded in resumes.jsonl).")
+    ] = False,
 ) -> None:
-    """Train the experiment's agents together and write a run directory."""
-    from pettingllms_cli.train import train as run_training
+    """Train the experiment's agents together and write a run directory.
 
+    SIGINT/SIGTERM stop after the current step with a checkpoint; --resume continues exactly.
+    """
     experiment = _load(spec, set_, max_steps, seed)
     _check_models(experiment)
-    run_training(experiment, out or experiment.run_dir, resume=resume, overwrite=overwrite, console=console)
+    if force and not resume:
+        raise UserError("--force only applies with --resume (to continue a run with a changed spec)")
+    from pettingllms_cli.train import train as run_training
+
+    run_dir = out or experiment.run_dir
+    again = ["pettingllms", "train", str(spec), "--out", str(run_dir)]
+    again += [arg for item in set_ or [] for arg in ("--set", item)]
+    again += ["--max-steps", str(max_steps)] if max_steps is not None else []
+    again += ["--seed", str(seed)] if seed is not None else []
+    resume_command = shlex.join([*again, "--resume"])
+    run_training(
+        experiment, run_dir, resume=resume, overwrite=overwrite, console=console, force=force, resume_command=resume_command
+    )
 
 
 @app.command()
@@ -112,6 +130,127 @@ def envs_list() -> None:
     console.print(table)
 
 
+@envs_app.command("check")
+def envs_check(
+    name: Annotated[str, typer.Argument(help="Registered env name (see `pettingllms envs list`).")],
+    data: Annotated[str, typer.Option(help="A data file in a format the env reads, or `generated`.")] = "generated",
+    limit: Annotated[int, typer.Option(min=1, help="Problems per split (train and test) to replay.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed for generated problems.")] = 0,
+) -> None:
+    """Check an env's contract and replay reference (must solve) and corrupted (must fail) solutions."""
+    from pettingllms_cli.envs import ENVS
+    from pettingllms_cli.envs.checker import check_env
+
+    if name not in ENVS:
+        raise UserError(f"env {name!r} is not registered; known: {', '.join(sorted(ENVS))}")
+    report = check_env(ENVS[name], data=data, limit=limit, seed=seed)
+    for failure in report.failures:
+        console.print(f"[red]FAIL[/red] {failure}", highlight=False)
+    console.print(f"{report.passed} passed, {report.failed} failed")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+# --- eval, compare, report (issue 5) ----------------------------------------------------------
+@app.command("eval")
+def eval_(
+    target: Annotated[
+        Path,
+        typer.Argument(help="A run directory (its newest checkpoint), a checkpoints/step_N folder, or a spec (untrained base)."),
+    ],
+    data: Annotated[
+        str | None, typer.Option(help="Problems from this data file (any format the env reads), not env.data.")
+    ] = None,
+    split: Annotated[str, typer.Option(help="`test` (held-out) or `train`.")] = "test",
+    episodes: Annotated[
+        int | None, typer.Option(min=1, help="Problems to score, one episode each (default: env.eval_problems).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed for generated problems and sampling (default: the spec's seed).")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sample at this temperature (> 0) instead of greedy decoding.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Write the full result (per-episode outcomes, transcripts) to this JSON file.")
+    ] = None,
+) -> None:
+    """Score a run, a checkpoint or an untrained spec on held-out problems."""
+    from pettingllms_cli.evaluate import resolve_target, run_eval
+
+    if temperature is not None and temperature <= 0:
+        raise UserError(f"--temperature {temperature}: must be > 0; omit it for greedy decoding")
+    _check_models(resolve_target(target).spec)
+    result = run_eval(target, data=data, split=split, episodes=episodes, seed=seed, temperature=temperature)
+    console.print(_eval_table(result))
+    if out is not None:
+        _write_json(out, result)
+        console.print(f"wrote {out}")
+
+
+def _eval_table(result: dict) -> Table:
+    ci = result["team_success_ci"]
+    what = f"{result['spec']} ({result['kind']}, step {result['step']})"
+    table = Table("metric", "value", title=f"{what}: {result['episodes']} {result['split']} episodes, {result['decoding']}")
+    table.add_row("team success rate", f"{result['team_success_rate']:.3f}  [95% CI {ci[0]:.3f}, {ci[1]:.3f}]")
+    table.add_row("mean attempts to success", f"{result['mean_attempts_to_success']:.2f}")
+    table.add_row("mean turns", f"{result['mean_turns']:.2f}")
+    for key in sorted(k for k in result if k.startswith(("reward/", "action_logprob/", "tool_call_validity/"))):
+        table.add_row(key, f"{result[key]:.3f}")
+    table.add_row("tokens generated", str(result["tokens_generated"]))
+    table.add_row("seconds", f"{result['seconds']:.1f}")
+    return table
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(obj, indent=2, default=str))
+    except OSError as e:
+        raise UserError(f"{path}: cannot write ({e.strerror}); choose another --out") from None
+
+
+@app.command()
+def compare(
+    specs: Annotated[
+        list[Path], typer.Argument(help="Two or more experiment YAML files; the first is baseline A of the ratios.")
+    ],
+    seeds: Annotated[int, typer.Option(min=1, help="Seeds per spec (0..N-1); each spec x seed is one run.")] = 3,
+    max_steps: Annotated[int | None, typer.Option(min=1, help="Override train.steps for every spec.")] = None,
+    out: Annotated[Path, typer.Option(help="Folder for the runs (<out>/<name>/seed<k>) and compare.md/json/html.")] = Path(
+        "runs/compare"
+    ),
+    allow_unequal: Annotated[
+        bool, typer.Option(help="Compare specs whose budgets (steps, problems, group size, tokens, turns) differ.")
+    ] = False,
+    episodes: Annotated[
+        int | None, typer.Option(min=1, help="Held-out problems (default: the first spec's eval_problems).")
+    ] = None,
+    threshold: Annotated[float, typer.Option(min=0.0, max=1.0, help="Training success that counts as converged.")] = 0.5,
+    window: Annotated[int, typer.Option(min=1, help="Steps averaged before checking the convergence threshold.")] = 3,
+) -> None:
+    """Train each spec for N seeds on the same budget, score all on the same held-out problems, write the table."""
+    from pettingllms_cli.compare import compare as run_compare
+    from pettingllms_cli.compare import console_table, ratios_table
+    from pettingllms_cli.spec import load_spec
+
+    for path in specs:
+        _check_models(load_spec(path))
+    result = run_compare(specs, seeds, max_steps, out, allow_unequal, episodes, threshold, window, console=console)
+    console.print(console_table(result))
+    console.print(ratios_table(result))
+    console.print(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.html'}")
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `pettingllms train`.")]) -> None:
+    """(Re)write a run's report.md and self-contained report.html with plots."""
+    from pettingllms_cli.report import write_report
+
+    if not run_dir.is_dir() or not ((run_dir / "metrics.jsonl").is_file() or (run_dir / "spec.yaml").is_file()):
+        raise UserError(f"{run_dir}: not a run directory (no metrics.jsonl or spec.yaml); pass the --out folder of `train`")
+    md = write_report(run_dir)
+    console.print(f"wrote {md} and {run_dir / 'report.html'}")
+
+
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=FutureWarning)  # library deprecation notes are not for users
@@ -122,7 +261,8 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except UserError as e:
-        Console(stderr=True).print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        message = escape(" ".join(str(e).splitlines()))  # one line, and never read as rich markup
+        Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         Console(stderr=True).print("aborted")

@@ -56,21 +56,30 @@ def action_logprobs(team: Team, samples: list[Sample]) -> dict[str, float]:
     """Mean per-token log-probability each agent's policy gives the actions it took, `action_logprob/<agent>`.
 
     A continuous fingerprint of the policy: it moves with any adapter change, even when the
-    decoded text (and so success) does not. One forward over prompt + action per action.
+    decoded text (and so success) does not. One left-padded forward per agent, with logits only
+    for the last (completion) positions.
     """
-    by_agent: dict[str, list[float]] = defaultdict(list)
+    by_agent: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
-        if len(s.completion) == 0:
-            continue
-        model = team.activate(s.agent)
+        if len(s.completion) > 0:
+            by_agent[s.agent].append(s)
+    result = {}
+    for agent, own in sorted(by_agent.items()):
+        model = team.activate(agent)
         was_training = model.training
         model.eval()
-        ids = torch.cat([torch.tensor(s.prompt), s.completion])[None]  # [1, Lp+Lc]
-        logits = model(input_ids=ids).logits[0, len(s.prompt) - 1 : -1].float()  # [Lc, V]
+        seqs = [s.prompt + s.completion.tolist() for s in own]
+        width, tail = max(map(len, seqs)), max(len(s.completion) for s in own)
+        pad = team.tokenizer_of(agent).pad_token_id
+        ids = torch.tensor([[pad] * (width - len(q)) + q for q in seqs])  # [N, L]
+        mask = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in seqs])  # [N, L]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=tail + 1).logits[:, :-1]
         model.train(was_training)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, s.completion[:, None]).squeeze(-1)  # [Lc]
-        by_agent[s.agent].append(float(logp.mean()))
-    return {f"action_logprob/{a}": sum(v) / len(v) for a, v in sorted(by_agent.items())}
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, -tail:, None]).squeeze(-1)  # [N, tail]
+        means = [float(logp[i, tail - len(s.completion) :].mean()) for i, s in enumerate(own)]
+        result[f"action_logprob/{agent}"] = sum(means) / len(means)
+    return result
 
 
 def tool_call_validity(transcripts: list[list[dict]]) -> dict[str, float]:

@@ -89,11 +89,16 @@ class TrainSpec(Strict):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (log-probs use the same temperature).")
     checkpoint_every: int = Field(5, ge=1, description="Save adapters and optimizer state every N steps (and at the end).")
     log_every: int = Field(1, ge=1, description="Print a progress line every N steps.")
+    max_skipped_in_a_row: int = Field(
+        3,
+        ge=1,
+        description="Stop the run when an agent's update is skipped (non-finite loss or gradient) this many steps in a row.",
+    )
 
 
 class Experiment(Strict):
     name: str = Field(pattern=NAME_RE, description="Experiment name; the default run directory is `runs/<name>`.")
-    seed: int = Field(0, ge=0, description="Seed for problems, sampling and initial adapters.")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for problems, sampling and initial adapters.")
     env: EnvSpec = Field(description="The environment and its data.")
     models: dict[str, ModelSpec] = Field(min_length=1, description="Named base models.")
     agents: dict[str, AgentSpec] = Field(min_length=1, description="Trainable agents; each plays one or more roles.")

@@ -1,106 +1,138 @@
-"""The training loop, top to bottom: rollout -> reward -> advantage -> loss -> step -> log -> checkpoint."""
+"""The training loop, top to bottom: rollout -> reward -> advantage -> loss -> step -> log -> checkpoint.
+
+Reliability promises (tested in tests/test_resume.py, test_determinism.py, test_guards.py,
+test_signals.py):
+- Resume: `--resume` restores the newest complete checkpoint (adapters, AdamW states, RNG
+  states, data cursor, skip counters) and cuts `metrics.jsonl` back to its step, so a run
+  killed at any moment and resumed ends like an uninterrupted one. A different spec is refused
+  unless `--force`; every resume is appended to `resumes.jsonl`.
+- Determinism: every step reseeds torch from (seed, step) and picks its problems as a pure
+  function of (seed, step), so on CPU the same spec and seed give the same metrics (except the
+  wall-clock fields in `WALL_CLOCK_KEYS`) and the same adapters. On GPU, cuBLAS/cuDNN kernels
+  and sampling are not bit-reproducible, so repeats and resumes agree only approximately.
+- Graceful stop: SIGINT/SIGTERM finish the current step, write a checkpoint and return.
+- Guards: a non-finite loss or gradient skips that agent's update (update.py); after
+  `train.max_skipped_in_a_row` in a row the run stops with a message. The output folder is
+  probed and the disk space checked before training starts.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import random
-import shutil
+import shlex
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pettingllms_cli.algorithms import group_advantages, zero_std_groups
-from pettingllms_cli.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from pettingllms_cli.checkpoint import STATE_FILE, latest_checkpoint, load_checkpoint, remove_stale, save_checkpoint
 from pettingllms_cli.envs import ENVS, Problem
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.evaluate import episode_metrics, evaluate, make_envs
+from pettingllms_cli.graceful import GracefulStop
 from pettingllms_cli.policy import Team
 from pettingllms_cli.report import write_report
 from pettingllms_cli.rollout import Rollout, Sample, parallel_rollout, tree_rollout
-from pettingllms_cli.spec import Experiment, dump_spec
+from pettingllms_cli.rundir import (
+    append_jsonl,
+    check_disk_space,
+    prepare_run_dir,
+    read_json,
+    truncate_metrics,
+    write_json,
+)
+from pettingllms_cli.spec import Experiment
 from pettingllms_cli.update import AgentStats, update
 
+WALL_CLOCK_KEYS = ("seconds", "tokens_per_second", "sampling_tokens_per_second")  # differ between identical runs
+TRAIN_POOL = 10_000  # training problems drawn from; fixed so that extending train.steps keeps the data order
 
-def train(spec: Experiment, run_dir: Path, resume: bool = False, overwrite: bool = False, console: Console | None = None) -> Path:
+
+@dataclass
+class RunState:
+    """What the loop carries from one step to the next (saved in every checkpoint)."""
+
+    step: int = 0  # steps done
+    skipped_in_a_row: dict[str, int] = field(default_factory=dict)  # agent -> consecutive skipped updates
+
+
+def train(
+    spec: Experiment,
+    run_dir: Path,
+    resume: bool = False,
+    overwrite: bool = False,
+    console: Console | None = None,
+    force: bool = False,
+    resume_command: str | None = None,
+) -> Path:
     console = console or Console()
-    prepare_run_dir(spec, run_dir, resume, overwrite)
-    seed_everything(spec.seed)
-    team = Team(spec)
-    train_problems, eval_problems = load_problems(spec)
+    if resume_command is None:
+        resume_command = shlex.join(["pettingllms", "train", f"{run_dir}/spec.yaml", "--out", f"{run_dir}", "--resume"])
+    changes = prepare_run_dir(spec, run_dir, resume, overwrite, force)
+    with GracefulStop() as stop:
+        seed_everything(spec.seed)
+        team = Team(spec)
+        check_disk_space(team, spec, run_dir)
+        train_problems, eval_problems = load_problems(spec)
+        if not (run_dir / "eval_before.json").is_file() and not stop.requested:
+            write_json(run_dir / "eval_before.json", evaluate(team, spec, eval_problems))  # the untrained team
+        state = resume_state(team, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
 
-    start = 0
-    checkpoint = latest_checkpoint(run_dir) if resume else None
-    if checkpoint is not None:
-        start = load_checkpoint(team, checkpoint)["step"]
-        truncate_metrics(run_dir / "metrics.jsonl", start)
-        console.print(f"resuming {run_dir} from {checkpoint.name}")
-    if start == 0 or not (run_dir / "eval_before.json").is_file():
-        write_json(run_dir / "eval_before.json", evaluate(team, spec, eval_problems))
+        with progress_bar(console) as bar:
+            task = bar.add_task(spec.name, total=spec.train.steps, completed=min(state.step, spec.train.steps), status="")
+            for step in range(state.step, spec.train.steps):
+                if stop.requested:
+                    break
+                began = time.perf_counter()
+                torch.manual_seed(step_seed(spec.seed, step))  # sampling depends on (seed, step) only
+                problems = problems_for_step(train_problems, spec, step)
+                rollout = collect(team, spec, problems)  # rollout + reward
+                dropped = assign_advantages(spec, rollout.samples)  # advantage per group
+                stats = update(team, [s for s in rollout.samples if s.group not in dropped])  # loss + optimizer step
+                state = advance(state, stats)
+                metrics = step_metrics(spec, state.step, rollout, stats, time.perf_counter() - began)
+                append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
+                stop_if_stuck(spec, state, run_dir)
+                if state.step % spec.train.checkpoint_every == 0 or state.step == spec.train.steps:
+                    save(team, spec, run_dir, state, train_problems)  # checkpoint
+                bar.update(task, advance=1, status=status_line(metrics))
+        if stop.requested:
+            stop_with_checkpoint(team, spec, run_dir, state, train_problems, f"{stop.requested}: ", resume_command, console)
+            return run_dir
 
-    with progress_bar(console) as bar:
-        task = bar.add_task(spec.name, total=spec.train.steps, completed=start, status="")
-        for step in range(start, spec.train.steps):
-            began = time.perf_counter()
-            torch.manual_seed(spec.seed * 1_000_003 + step)  # sampling depends on (seed, step) only
-            problems = problems_for_step(train_problems, spec, step)
-            rollout = collect(team, spec, problems)  # rollout + reward
-            dropped = assign_advantages(spec, rollout.samples)  # advantage per group
-            stats = update(team, [s for s in rollout.samples if s.group not in dropped])  # loss + optimizer step
-            metrics = step_metrics(spec, step + 1, rollout, stats, time.perf_counter() - began)
-            append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
-            if (step + 1) % spec.train.checkpoint_every == 0 or step + 1 == spec.train.steps:
-                save_checkpoint(team, run_dir, step + 1)  # checkpoint
-            bar.update(task, advance=1, status=status_line(metrics))
-
-    after = evaluate(team, spec, eval_problems)
-    write_json(run_dir / "eval_after.json", after)
-    write_report(run_dir)
-    console.print(
-        f"done: held-out success {read_json(run_dir / 'eval_before.json')['team_success_rate']:.2f} -> "
-        f"{after['team_success_rate']:.2f}; run directory {run_dir}"
-    )
+    finish(team, spec, run_dir, eval_problems, console)
     return run_dir
 
 
 # --- setup ----------------------------------------------------------------------------------
-def prepare_run_dir(spec: Experiment, run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Create the run directory (or check it for --resume) and write the resolved spec."""
-    spec_file = run_dir / "spec.yaml"
-    if resume and spec_file.is_file():
-        saved = yaml.safe_load(spec_file.read_text())
-        now = spec.model_dump(mode="json")
-        for tree in (saved, now):
-            tree.get("train", {}).pop("steps", None)
-        if saved != now:
-            raise UserError(f"{run_dir}: --resume with a different spec than the run's spec.yaml; use the same spec or another --out")
-    elif run_dir.exists() and any(run_dir.iterdir()) and not resume:
-        if not overwrite:
-            raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --overwrite to replace it, or --out DIR")
-        shutil.rmtree(run_dir)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        spec_file.write_text(dump_spec(spec))
-    except OSError as e:
-        raise UserError(f"{run_dir}: cannot write the run directory ({e.strerror}); choose another --out") from None
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed % 2**63)
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The torch seed of one step: a function of (seed, step) only, so a resumed step samples alike."""
+    return (seed * 1_000_003 + step) % 2**63
 
 
 def load_problems(spec: Experiment) -> tuple[list[Problem], list[Problem]]:
     env_cls = ENVS[spec.env.name]
-    n_train = max(spec.train.steps * spec.train.problems_per_step, 64)
-    train_problems = env_cls.load_problems(spec.env.data, "train", spec.seed, n_train)
-    eval_problems = env_cls.load_problems(spec.env.data, "test", spec.seed, spec.env.eval_problems)
+    options = spec.env.options
+    train_problems = env_cls.load_problems(spec.env.data, "train", spec.seed, TRAIN_POOL, options)
+    eval_problems = env_cls.load_problems(spec.env.data, "test", spec.seed, spec.env.eval_problems, options)
+    if not train_problems:
+        raise UserError(f"env.data: {spec.env.data} holds no training problems")
     return train_problems, eval_problems
 
 
@@ -114,6 +146,45 @@ def problems_for_step(problems: list[Problem], spec: Experiment, step: int) -> l
         random.Random(spec.seed * 7919 + epoch).shuffle(order)
         batch.append(problems[order[pos]])
     return batch
+
+
+def data_fingerprint(problems: list[Problem]) -> str:
+    """Identifies the training problems, so a resume notices when the data changed under the run."""
+    text = json.dumps([[p.id, p.question, str(p.answer)] for p in problems])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --- resume ---------------------------------------------------------------------------------
+def resume_state(
+    team: Team, spec: Experiment, run_dir: Path, train_problems: list[Problem], changes: dict, force: bool, console: Console
+) -> RunState:
+    """Restore the newest complete checkpoint (if any), cut metrics.jsonl back to it, log the resume."""
+    for leftover in remove_stale(run_dir):
+        console.print(f"removed {leftover.name}: a checkpoint write that was interrupted")
+    checkpoint = latest_checkpoint(run_dir, sorted(spec.agents))
+    if checkpoint is None:
+        console.print(f"{run_dir}: no complete checkpoint yet; starting from step 0")
+        truncate_metrics(run_dir / "metrics.jsonl", 0)
+        return RunState()
+    saved = load_checkpoint(team, checkpoint)
+    old_data, new_data = saved.get("data", {}).get("fingerprint"), data_fingerprint(train_problems)
+    if old_data != new_data:
+        if not force:
+            raise UserError(f"{checkpoint}: env.data changed since this checkpoint (other problems); restore it or add --force")
+        changes = {**changes, "data": (old_data, new_data)}
+    truncate_metrics(run_dir / "metrics.jsonl", saved["step"])
+    if saved["step"] < spec.train.steps:
+        (run_dir / "eval_after.json").unlink(missing_ok=True)  # it will describe the longer run
+    else:
+        console.print(f"{checkpoint.name} reached train.steps={spec.train.steps}: nothing to train; raise --max-steps to go on")
+    record = {"time": _now(), "from_step": saved["step"], "steps": spec.train.steps, "forced": bool(changes), "changes": changes}
+    append_jsonl(run_dir / "resumes.jsonl", record)
+    console.print(f"resuming {run_dir} from {checkpoint.name}" + (f" with --force ({len(changes)} change(s))" if changes else ""))
+    return RunState(saved["step"], dict(saved.get("skipped_in_a_row", {})))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 # --- one step -------------------------------------------------------------------------------
@@ -133,13 +204,32 @@ def assign_advantages(spec: Experiment, samples: list[Sample]) -> set:
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     groups = [s.group for s in samples]
     advantages = group_advantages(rewards, groups, scale=spec.algorithm.scale_rewards)
-    for s, a in zip(samples, advantages.tolist()):
+    for s, a in zip(samples, advantages.tolist(), strict=True):
         s.advantage = a
     return zero_std_groups(rewards, groups) if spec.algorithm.filter_zero_std else set()
 
 
+def advance(state: RunState, stats: dict[str, AgentStats]) -> RunState:
+    """One more step done; each agent's run of consecutive skipped updates grows or resets."""
+    streaks = {agent: state.skipped_in_a_row.get(agent, 0) + 1 if st.skipped else 0 for agent, st in sorted(stats.items())}
+    return RunState(state.step + 1, streaks)
+
+
+def stop_if_stuck(spec: Experiment, state: RunState, run_dir: Path) -> None:
+    """Guard: stop the run when an agent's update was skipped `max_skipped_in_a_row` steps in a row."""
+    limit = spec.train.max_skipped_in_a_row
+    stuck = sorted(agent for agent, n in state.skipped_in_a_row.items() if n >= limit)
+    if stuck:
+        last = latest_checkpoint(run_dir)
+        then = f"then continue from {last.name} with --resume --force" if last else "then start again"
+        raise UserError(
+            f"agent(s) {', '.join(stuck)}: update skipped {limit} steps in a row at step {state.step} "
+            f"(non-finite loss or gradient); lower algorithm.lr or use dtype float32/bfloat16 instead of float16, {then}"
+        )
+
+
 def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str, AgentStats], seconds: float) -> dict:
-    """One metrics.jsonl line (DESIGN.md §6 keys)."""
+    """One metrics.jsonl line (DESIGN.md §6 keys); a non-finite value is written as null."""
     metrics: dict = {"step": step, **episode_metrics(rollout.episodes)}
     metrics["sample_success_rate"] = _mean([s.team_reward > 0 for s in rollout.samples])
     by_agent: dict[str, list[Sample]] = defaultdict(list)
@@ -164,7 +254,13 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
     metrics["tokens_per_second"] = rollout.tokens / seconds if seconds > 0 else 0.0
     metrics["sampling_tokens_per_second"] = rollout.tokens / rollout.seconds if rollout.seconds > 0 else 0.0
     metrics["seconds"] = round(seconds, 3)
-    return {k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}
+    return {k: _clean(v) for k, v in metrics.items()}
+
+
+def _clean(v: object) -> object:
+    if isinstance(v, float):
+        return round(v, 6) if math.isfinite(v) else None
+    return v
 
 
 def _mean(values: list) -> float:
@@ -177,27 +273,59 @@ def status_line(m: dict) -> str:
 
 def progress_bar(console: Console) -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"), console=console,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
     )
 
 
-# --- files ----------------------------------------------------------------------------------
-def append_jsonl(path: Path, record: dict) -> None:
-    with path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(record) + "\n")
+# --- checkpoint and finish ------------------------------------------------------------------
+def save(team: Team, spec: Experiment, run_dir: Path, state: RunState, train_problems: list[Problem]) -> Path:
+    """Checkpoint everything a resume needs besides adapters, optimizers and RNG (checkpoint.py adds those)."""
+    extra = {
+        "skipped_in_a_row": state.skipped_in_a_row,
+        "data": {
+            "cursor": state.step * spec.train.problems_per_step,  # problems consumed; problems_for_step(step) continues
+            "pool": len(train_problems),
+            "fingerprint": data_fingerprint(train_problems),
+        },
+        "roles": spec.role_owner(),  # static role assignment
+        "spec": spec.model_dump(mode="json"),
+    }
+    return save_checkpoint(team, run_dir, state.step, extra)
 
 
-def truncate_metrics(path: Path, step: int) -> None:
-    """Keep only the lines of steps <= `step`, so a resumed run neither loses nor repeats a step."""
-    if path.is_file():
-        lines = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in lines))
+def stop_with_checkpoint(
+    team: Team,
+    spec: Experiment,
+    run_dir: Path,
+    state: RunState,
+    train_problems: list[Problem],
+    why: str,
+    resume_command: str,
+    console: Console,
+) -> None:
+    """Graceful stop: make sure a checkpoint of the last finished step exists, then say how to resume."""
+    folder = run_dir / "checkpoints" / f"step_{state.step}"
+    if not (folder / STATE_FILE).is_file():
+        folder = save(team, spec, run_dir, state, train_problems)
+    console.print(
+        f"{why}stopped after step {state.step}/{spec.train.steps}, checkpoint {folder}; resume with: {resume_command}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
-def write_json(path: Path, obj: dict) -> None:
-    path.write_text(json.dumps(obj, indent=2, default=str))
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
+def finish(team: Team, spec: Experiment, run_dir: Path, eval_problems: list[Problem], console: Console) -> None:
+    """Score the trained team on the held-out problems and write the report."""
+    after = evaluate(team, spec, eval_problems)
+    write_json(run_dir / "eval_after.json", after)
+    write_report(run_dir)
+    console.print(
+        f"done: held-out success {read_json(run_dir / 'eval_before.json')['team_success_rate']:.2f} -> "
+        f"{after['team_success_rate']:.2f}; run directory {run_dir}"
+    )

@@ -4,6 +4,10 @@ Samples that share a prompt are scored in one forward (the prompt once, its cach
 the K completions), and each forward is backpropagated at once, so memory holds one group.
 The loss is the token mean over all of an adapter's samples: each group's token sum is divided
 by the adapter's total completion tokens before backward, so accumulation equals one big batch.
+
+Guard: a non-finite loss (before its backward) or a non-finite gradient norm skips that
+adapter's optimizer step for this step; its agents get `skipped = True` and their weights and
+optimizer state stay as they were.
 """
 
 from __future__ import annotations
@@ -40,38 +44,45 @@ def _by_prompt(samples: list[Sample]) -> dict[tuple, list[Sample]]:
 
 def update(team: Team, samples: list[Sample]) -> dict[str, AgentStats]:
     """Backward over every adapter's samples and step its optimizer; returns stats per agent."""
-    spec = team.spec
-    algo = spec.algorithm
-    stats = {agent: AgentStats() for agent in spec.agents}
+    stats = {agent: AgentStats() for agent in team.spec.agents}
     by_adapter: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
-        by_adapter[spec.adapter_of(s.agent)].append(s)
+        by_adapter[team.spec.adapter_of(s.agent)].append(s)
     for adapter, own in sorted(by_adapter.items()):
-        optimizer = team.optimizers[adapter]
-        optimizer.zero_grad(set_to_none=True)
-        total_tokens = sum(len(s.completion) for s in own)
-        for (agent, _), batch in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0].group):
-            st = stats[agent]
-            st.tokens += sum(len(s.completion) for s in batch)
-            if algo.kl_coef == 0 and all(s.advantage == 0 for s in batch):
-                continue  # no gradient signal: skip the forward, keep the tokens in the mean
-            _backward_batch(team, agent, batch, total_tokens, st)
-        params = team.params[adapter]
-        norm = float(torch.nn.utils.clip_grad_norm_(params, algo.max_grad_norm))
-        agents = {s.agent for s in own}
-        if math.isfinite(norm):
-            optimizer.step()
-        for agent in agents:
-            stats[agent].grad_norm = norm
-            stats[agent].skipped = not math.isfinite(norm)
-        optimizer.zero_grad(set_to_none=True)
+        _update_adapter(team, adapter, own, stats)
     for st in stats.values():
         n = max(st.tokens, 1)
         st.loss, st.kl, st.entropy, st.clip_frac = (st._sums[k] / n for k in ("loss", "kl", "entropy", "clip"))
     return stats
 
 
-def _backward_batch(team: Team, agent: str, batch: list[Sample], total_tokens: int, st: AgentStats) -> None:
+def _update_adapter(team: Team, adapter: str, own: list[Sample], stats: dict[str, AgentStats]) -> None:
+    """Accumulate the adapter's gradient group by group, then clip and step unless it is non-finite."""
+    algo = team.spec.algorithm
+    optimizer = team.optimizers[adapter]
+    optimizer.zero_grad(set_to_none=True)
+    total_tokens = sum(len(s.completion) for s in own)
+    finite = True
+    for (agent, _), batch in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0].group):
+        st = stats[agent]
+        st.tokens += sum(len(s.completion) for s in batch)
+        if algo.kl_coef == 0 and all(s.advantage == 0 for s in batch):
+            continue  # no gradient signal: skip the forward, keep the tokens in the mean
+        loss = batch_loss(team, agent, batch, st) / total_tokens
+        finite = finite and bool(torch.isfinite(loss))
+        if finite:
+            loss.backward()  # a non-finite loss never reaches the gradients
+    norm = float(torch.nn.utils.clip_grad_norm_(team.params[adapter], algo.max_grad_norm)) if finite else math.nan
+    if math.isfinite(norm):
+        optimizer.step()
+    for agent in {s.agent for s in own}:
+        stats[agent].grad_norm = norm
+        stats[agent].skipped = not math.isfinite(norm)
+    optimizer.zero_grad(set_to_none=True)
+
+
+def batch_loss(team: Team, agent: str, batch: list[Sample], st: AgentStats) -> torch.Tensor:
+    """Token-summed PPO-clip (+ KL) loss of one prompt's K completions; adds its sums to `st`."""
     spec = team.spec
     algo = spec.algorithm
     model = team.activate(agent)
@@ -88,8 +99,8 @@ def _backward_batch(team: Team, agent: str, batch: list[Sample], total_tokens: i
         kl = k3_kl(logp, ref_logp)
         per_token = per_token + algo.kl_coef * kl
         st._sums["kl"] += float(masked_sum(kl.detach(), mask))
-    loss = masked_sum(per_token, mask) / total_tokens
-    loss.backward()
-    st._sums["loss"] += float(masked_sum(per_token.detach(), mask))
+    loss = masked_sum(per_token, mask)
+    st._sums["loss"] += float(loss.detach())
     st._sums["entropy"] += float(masked_sum(entropy, mask))
     st._sums["clip"] += float(masked_sum(clipped.float(), mask))
+    return loss

@@ -1,0 +1,192 @@
+"""Spec fuzzing: mutated experiment files never crash `validate` or `train` (issue 7).
+
+Every mutation of experiments/smoke.yaml (dropped, added, retyped and renamed keys,
+out-of-range numbers, broken YAML, binary junk) either still validates, or makes both commands
+exit 2 with a one-line message and no traceback; `train` must fail before any weight loads.
+The CLI runs in-process (`pettingllms_cli.cli.main`), so each example takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from unittest import mock
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = yaml.safe_load((ROOT / "experiments" / "smoke.yaml").read_text())
+
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=12)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6
+)
+bad_numbers = st.sampled_from(
+    [0, -1, -(10**9), 10**12, 2**64, 0.0, -0.5, 1e308, float("inf"), float("-inf"), float("nan"), 1.5, "1e-2"]
+)
+
+
+def paths(tree: object, prefix: tuple = ()) -> list[tuple]:
+    """Every key path of a nested mapping (list items included by index)."""
+    found = []
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else []
+    for key, value in items:
+        found.append((*prefix, key))
+        found += paths(value, (*prefix, key))
+    return found
+
+
+def parent(tree: dict, path: tuple) -> object:
+    node = tree
+    for key in path[:-1]:
+        node = node[key]
+    return node
+
+
+def copy_tree() -> dict:
+    return yaml.safe_load(yaml.safe_dump(BASE))
+
+
+@st.composite
+def tree_mutation(draw: st.DrawFn) -> bytes:
+    """Apply 1-3 structural mutations to the smoke spec and dump it as YAML."""
+    tree = copy_tree()
+    for _ in range(draw(st.integers(1, 3))):
+        candidates = paths(tree)
+        if not candidates:
+            break
+        path = draw(st.sampled_from(candidates))
+        node = parent(tree, path)
+        key = path[-1]
+        kind = draw(st.sampled_from(["drop", "add", "retype", "rename", "number"]))
+        if kind == "drop":
+            del node[key]
+        elif kind == "add" and isinstance(node, dict):
+            node[draw(st.text(min_size=1, max_size=10))] = draw(values)
+        elif kind == "rename" and isinstance(node, dict):
+            node[draw(st.text(min_size=1, max_size=10))] = node.pop(key)
+        elif kind == "number":
+            node[key] = draw(bad_numbers)
+        else:
+            node[key] = draw(values)
+    return yaml.safe_dump(tree, allow_unicode=True).encode()
+
+
+@st.composite
+def text_mutation(draw: st.DrawFn) -> bytes:
+    """Break the YAML text: cut it, insert or delete characters, or swap in binary junk."""
+    text = (ROOT / "experiments" / "smoke.yaml").read_bytes()
+    kind = draw(st.sampled_from(["cut", "insert", "delete", "junk", "prefix"]))
+    at = draw(st.integers(0, len(text)))
+    if kind == "cut":
+        return text[:at]
+    if kind == "insert":
+        return (
+            text[:at]
+            + draw(
+                st.sampled_from([b":", b"{", b"[", b"\t", b"- ", b"'", b'"', b"&a", b"*a", b"!!python/object:os.system", b"\n  "])
+            )
+            + text[at:]
+        )
+    if kind == "delete":
+        return text[:at] + text[at + draw(st.integers(1, 20)) :]
+    if kind == "junk":
+        return draw(st.binary(max_size=200))
+    return draw(st.sampled_from([b"", b"- a\n", b"42\n", b"null\n", b"\xff\xfe", b"a: [\n", b"%YAML 9\n"])) + text
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    """Run `pettingllms ARGS` in-process; returns (exit code, stderr)."""
+    from pettingllms_cli.cli import main
+
+    err = io.StringIO()
+    with mock.patch.object(sys, "argv", ["pettingllms", *args]), redirect_stdout(io.StringIO()), redirect_stderr(err):
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    return code, err.getvalue()
+
+
+def assert_one_line_error(code: int, stderr: str, what: str) -> None:
+    lines = stderr.strip().splitlines()  # str.splitlines also splits at \x1c-\x1e, \x85, \u2028
+    assert code == 2, f"{what}: exit {code}, stderr {stderr!r}"
+    assert len(lines) == 1 and lines[0].startswith("error:"), f"{what}: not one error line: {stderr!r}"
+    assert "Traceback" not in stderr
+
+
+def no_weights(*args: object, **kwargs: object) -> None:
+    raise AssertionError("train loaded weights for a spec that does not validate")
+
+
+def check(content: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp, mock.patch("pettingllms_cli.train.Team", no_weights):
+        spec = Path(tmp) / "exp.yaml"
+        spec.write_bytes(content)
+        code, err = run_cli("validate", str(spec))
+        if code == 0:
+            return  # the mutation is still a valid spec: training it is not this test's business
+        assert_one_line_error(code, err, "validate")
+        code, err = run_cli("train", str(spec), "--out", str(Path(tmp) / "run"))  # no --max-steps: it could mend the spec
+        assert_one_line_error(code, err, "train")
+        assert not (Path(tmp) / "run").exists(), "train touched the run directory before validating"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _imported() -> None:
+    import pettingllms_cli.train  # noqa: F401  (import once, outside hypothesis' timing)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree_mutation())
+def test_mutated_spec_is_valid_or_one_line_error(content: bytes) -> None:
+    check(content)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text_mutation())
+def test_broken_yaml_is_one_line_error(content: bytes) -> None:
+    check(content)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    key=st.sampled_from(
+        ["train.steps", "seed", "algorithm.group_size", "agents.caller.roles", "env", "models.tiny.source", "x.y.z"]
+    )
+    | st.text(max_size=15),
+    value=st.text(max_size=15),
+)
+def test_set_override_is_valid_or_one_line_error(key: str, value: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp, mock.patch("pettingllms_cli.train.Team", no_weights):
+        code, err = run_cli("validate", str(ROOT / "experiments" / "smoke.yaml"), "--set", f"{key}={value}")
+        if code == 0:
+            return
+        assert_one_line_error(code, err, "validate --set")
+        code, err = run_cli("train", str(ROOT / "experiments" / "smoke.yaml"), "--out", tmp + "/run", "--set", f"{key}={value}")
+        assert_one_line_error(code, err, "train --set")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--max-steps", "0"],
+        ["--seed", "-1"],
+        ["--force"],
+        ["--resume", "--overwrite"],
+        ["--set", "train"],
+        ["--set", "name=3"],
+    ],
+)
+def test_bad_train_options_are_one_line_errors(args: list[str], tmp_path: Path) -> None:
+    with mock.patch("pettingllms_cli.train.Team", no_weights):
+        code, err = run_cli("train", str(ROOT / "experiments" / "smoke.yaml"), "--out", str(tmp_path / "run"), *args)
+    assert_one_line_error(code, err, " ".join(args))
+    assert not (tmp_path / "run").exists()

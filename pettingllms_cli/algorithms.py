@@ -34,7 +34,7 @@ def group_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], scale: b
 def zero_std_groups(rewards: torch.Tensor, groups: Sequence[Hashable]) -> set[Hashable]:
     """Keys of groups whose rewards are all equal (they carry no learning signal)."""
     values: dict[Hashable, list[float]] = defaultdict(list)
-    for r, g in zip(rewards.tolist(), groups):
+    for r, g in zip(rewards.tolist(), groups, strict=False):
         values[g].append(r)
     return {g for g, v in values.items() if max(v) - min(v) == 0}
 

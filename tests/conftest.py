@@ -2,12 +2,38 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
+# --set overrides that shrink a smoke run to the least work that still trains.
+FAST = ["algorithm.group_size=2", "train.problems_per_step=1", "env.eval_problems=1", "train.max_new_tokens=4", "env.max_turns=1"]
+
+
+def run_cli(args: list[str], monkeypatch) -> int:
+    """Run `pettingllms ARGS` in-process; returns the exit code."""
+    from pettingllms_cli.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["pettingllms", *args])
+    try:
+        main()
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """Run torch on one thread, so results are bit-identical whatever the machine's load."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"max_turns": 1, "eval_problems": 2}  # one round, two held-out problems: seconds per run
 BUDGET = {"problems_per_step": 1, "max_new_tokens": 4}
-
-
-def run_cli(args: list[str], monkeypatch) -> int:
-    from pettingllms_cli.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["pettingllms", *args])
-    try:
-        main()
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
 
 
 def write_specs(folder: Path) -> tuple[Path, Path]:

@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(args: list[str], monkeypatch) -> int:
-    from pettingllms_cli.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["pettingllms", *args])
-    try:
-        main()
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
 
 
 @pytest.fixture(scope="module")

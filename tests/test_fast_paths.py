@@ -68,10 +68,14 @@ def test_cached_prefill_sampling_equals_plain_generate(team):
     got = team.sample("caller", prompts, k=2, max_new_tokens=6, temperature=1.0, greedy=True)
     model = team.activate("caller")
     tok = team.tokenizer_of("caller")
-    for prompt, outs in zip(prompts, got):
+    for prompt, outs in zip(prompts, got, strict=False):
         ref = model.generate(
-            input_ids=torch.tensor([prompt]), max_new_tokens=6, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
-        )[0, len(prompt):]
+            input_ids=torch.tensor([prompt]),
+            max_new_tokens=6,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )[0, len(prompt) :]
         assert outs[0].tolist() == ref[: len(outs[0])].tolist()
         assert outs[0].tolist() == outs[1].tolist()
     assert len({tuple(o[0].tolist()) for o in got}) > 1, "completions should depend on the prompt"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
@@ -21,17 +20,12 @@ from pettingllms_cli.rollout import Sample
 from pettingllms_cli.spec import load_spec
 from pettingllms_cli.train import train
 from pettingllms_cli.update import update
+from tests.conftest import FAST
 
 ROOT = Path(__file__).resolve().parents[1]
-FAST = ["algorithm.group_size=2", "train.problems_per_step=1", "env.eval_problems=1", "train.max_new_tokens=4", "env.max_turns=1"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def fast_spec(*extra: str):

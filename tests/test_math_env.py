@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pettingllms_cli.envs import ENVS
@@ -26,8 +28,15 @@ def test_reference_actions_solve_and_score():
 
 @pytest.mark.parametrize(
     "text",
-    ["", "no call", CALL_PREFIX + "2+", CALL_PREFIX + '__import__(\\"os\\")"}}</tool_call>', '<tool_call>{"name": "rm", "arguments": {}}</tool_call>',
-     "<tool_call>[1, 2]</tool_call>", "<tool_call>" + "[" * 5000 + "</tool_call>"],
+    [
+        "",
+        "no call",
+        CALL_PREFIX + "2+",
+        CALL_PREFIX + '__import__(\\"os\\")"}}</tool_call>',
+        '<tool_call>{"name": "rm", "arguments": {}}</tool_call>',
+        "<tool_call>[1, 2]</tool_call>",
+        "<tool_call>" + "[" * 5000 + "</tool_call>",
+    ],
 )
 def test_malformed_calls_are_penalties(text):
     env = _env()
@@ -80,7 +89,7 @@ def test_generated_problems_are_seeded_and_split():
 
 def test_gsm8k_file(tmp_path):
     path = tmp_path / "g.jsonl"
-    path.write_text("\n".join('{"question": "q%d", "answer": "so #### %d"}' % (i, i) for i in range(10)))
+    path.write_text("\n".join(json.dumps({"question": f"q{i}", "answer": f"so #### {i}"}) for i in range(10)))
     train = MathToolEnv.load_problems(str(path), "train", 0, 100)
     test = MathToolEnv.load_problems(str(path), "test", 0, 100)
     assert len(train) == 8 and len(test) == 2 and test[0].answer == 8.0

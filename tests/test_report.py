@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from pettingllms_cli.report import write_report
+from tests.conftest import run_cli
 
 VOID = {"meta", "img", "br", "hr", "link", "input"}
 
@@ -147,17 +147,6 @@ def test_report_without_evals_or_metrics_still_writes_both_files(tmp_path):
     write_report(run)
     assert parse_html((run / "report.html").read_text()).images == []
     assert (run / "report.md").read_text().startswith("# Run report: empty_run")
-
-
-def run_cli(args: list[str], monkeypatch) -> int:
-    from pettingllms_cli.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["pettingllms", *args])
-    try:
-        main()
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
 
 
 def test_report_command(run_dir, tmp_path, monkeypatch, capsys):

@@ -10,31 +10,24 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from unittest import mock
 
 import pytest
-import torch
 from rich.console import Console
 
 import pettingllms_cli.train as train_mod
 from pettingllms_cli.graceful import GracefulStop
 from pettingllms_cli.spec import load_spec
+from tests.conftest import FAST
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "smoke.yaml"
-FAST = ["algorithm.group_size=2", "train.problems_per_step=1", "env.eval_problems=1", "train.max_new_tokens=4", "env.max_turns=1"]
 # Many steps and no scheduled checkpoint: the only checkpoint a stopped run has is the one the signal wrote.
 LONG = ["train.steps=50", "train.checkpoint_every=100"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def steps_logged(run_dir: Path) -> list[int]:

@@ -18,8 +18,12 @@ pytestmark = pytest.mark.slow
 
 def test_one_training_step_on_smollm2(tmp_path):
     overrides = [
-        "train.steps=1", "train.problems_per_step=2", "algorithm.group_size=4", "train.max_new_tokens=8",
-        "env.eval_problems=2", "algorithm.kl_coef=0.05",
+        "train.steps=1",
+        "train.problems_per_step=2",
+        "algorithm.group_size=4",
+        "train.max_new_tokens=8",
+        "env.eval_problems=2",
+        "algorithm.kl_coef=0.05",
     ]
     spec = load_spec(EXPERIMENTS / "quickstart.yaml", overrides)
     run_dir = train(spec, tmp_path / "run")

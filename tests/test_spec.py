@@ -59,7 +59,12 @@ def test_bad_spec_names_the_field(smoke_tree, mutate, field):
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("", "empty"), ("name: [unclosed\n", "YAML syntax error"), ("- a\n- b\n", "mapping"), (b"\xff\xfe\x00junk", "not a text file")],
+    [
+        ("", "empty"),
+        ("name: [unclosed\n", "YAML syntax error"),
+        ("- a\n- b\n", "mapping"),
+        (b"\xff\xfe\x00junk", "not a text file"),
+    ],
 )
 def test_unreadable_files(tmp_path, text, expected):
     path = tmp_path / "spec.yaml"

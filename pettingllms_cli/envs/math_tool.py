@@ -24,8 +24,8 @@ import random
 import re
 from pathlib import Path
 
-from pettingllms_cli.errors import UserError
 from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
 from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call
 

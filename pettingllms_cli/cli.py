@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train teams of LLM agents with multi-agent RL (AT-GRPO).")
@@ -181,7 +182,7 @@ def eval_(
     _check_models(resolve_target(target).spec)
     result = run_eval(target, data=data, split=split, episodes=episodes, seed=seed, temperature=temperature)
     console.print(_eval_table(result))
-    if out is not None:
+    if out is not None and distributed.is_main():
         _write_json(out, result)
         console.print(f"wrote {out}")
 
@@ -259,6 +260,8 @@ def main() -> None:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     try:
+        distributed.init()  # under torchrun / accelerate launch; a no-op in one process
+        console.quiet = not distributed.is_main()  # rank 0 alone prints
         app(standalone_mode=False)
     except UserError as e:
         message = escape(" ".join(str(e).splitlines()))  # one line, and never read as rich markup
@@ -276,3 +279,5 @@ def main() -> None:
         if isinstance(e, click.exceptions.Exit):
             sys.exit(e.exit_code)
         raise
+    finally:
+        distributed.shutdown()

@@ -18,6 +18,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from pettingllms_cli import distributed
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.plots import fmt, html_images, html_page, html_table, line_plot, md_table
@@ -135,7 +136,8 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
         load_adapters(team, checkpoint)
         final = final or evaluate(team, spec, problems, n_transcripts=1, score_actions=False)
     scored = {"key": key, "checkpoint": str(checkpoint), "initial": initial, "final": final}
-    cache.write_text(json.dumps(scored, indent=2, default=str))
+    if distributed.is_main():
+        cache.write_text(json.dumps(scored, indent=2, default=str))
     return scored
 
 
@@ -348,6 +350,8 @@ def describe(result: dict) -> str:
 
 
 def write_outputs(out: Path, result: dict) -> None:
+    if not distributed.is_main():
+        return  # rank 0 alone writes
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare.json").write_text(json.dumps(result, indent=2, default=str))
     title = "Compare: " + " vs ".join(r["spec"] for r in result["rows"])

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from pettingllms_cli import distributed
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy import Team
@@ -73,6 +74,7 @@ def action_logprobs(team: Team, samples: list[Sample]) -> dict[str, float]:
         pad = team.tokenizer_of(agent).pad_token_id
         ids = torch.tensor([[pad] * (width - len(q)) + q for q in seqs])  # [N, L]
         mask = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in seqs])  # [N, L]
+        ids, mask = ids.to(model.device), mask.to(model.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=tail + 1).logits[:, :-1]
         model.train(was_training)
@@ -137,14 +139,17 @@ def evaluate(
     episodes: list[TurnEnv] = []
     samples: list[Sample] = []
     tokens = 0
+    mine = distributed.shard(problems)  # each rank scores its share; gathered back in order below
     with torch.random.fork_rng():  # eval must not move the training RNG
-        torch.manual_seed(seed)
-        for i in range(0, len(problems), batch_size):
-            envs = make_envs(spec, problems[i : i + batch_size])
+        for i in range(0, len(mine), batch_size):
+            torch.manual_seed(seed)  # per batch: with per-problem draws, a problem's episode ignores its batch
+            envs = make_envs(spec, mine[i : i + batch_size])
             rollout = tree_rollout(team, spec, envs, k=1, greedy=temperature is None)
             episodes += rollout.episodes
             samples += rollout.samples
             tokens += rollout.tokens
+    episodes, samples = distributed.gather(episodes), distributed.gather(samples)
+    tokens = int(distributed.all_reduce_sum([tokens])[0])
     successes = sum(e.success for e in episodes)
     return {
         **episode_metrics(episodes),

@@ -2,8 +2,9 @@
 batched sampling and completion-only log-probs.
 
 `per_agent`: agents on one base share its weights and each has its own named adapter;
-`shared`: one adapter per base plays every role. Agents naming different models get
-different bases (mixed architectures and tokenizers), all in one process.
+`shared`: one adapter per base plays every role; `separate`: each agent loads its own copy
+of its base. Agents naming different models get different bases (mixed architectures and
+tokenizers), all in one process. Bases are keyed by `spec.base_of(agent)`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import PreTrainedTokenizerBase
+from transformers import LogitsProcessorList, PreTrainedTokenizerBase
 
+from pettingllms_cli import distributed
 from pettingllms_cli.envs.base import Message
 from pettingllms_cli.models.loader import load_model
+from pettingllms_cli.roles import RoleAssigner
+from pettingllms_cli.sampling import GumbelSampler
 from pettingllms_cli.spec import Experiment, LoraSpec, ModelSpec
 
 
@@ -32,6 +36,7 @@ class Team:
         self.models: dict[str, PeftModel] = {}
         self.tokenizers: dict[str, PreTrainedTokenizerBase] = {}
         self.model_specs: dict[str, ModelSpec] = {}
+        self.roles = RoleAssigner(spec)  # who plays which role each episode (its state is checkpointed)
         # Agents in sorted order, and adapters seeded alike: results do not depend on YAML order.
         for agent in sorted(spec.agents):
             self._add_adapter(agent)
@@ -44,25 +49,31 @@ class Team:
     def _add_adapter(self, agent: str) -> None:
         a = self.spec.agents[agent]
         adapter = self.spec.adapter_of(agent)
-        model = self.models.get(a.model)
+        key = self.spec.base_of(agent)  # the model entry, or the agent itself under `separate`
+        model = self.models.get(key)
         if model is not None and adapter in model.peft_config:
             return
         with torch.random.fork_rng():
             torch.manual_seed(self.spec.seed)
             if model is None:
-                base, self.tokenizers[a.model] = load_model(self.spec.models[a.model])
-                self.models[a.model] = get_peft_model(base, lora_config(a.lora), adapter_name=adapter)
-                self.model_specs[a.model] = self.spec.models[a.model]
+                base, self.tokenizers[key] = load_model(self.spec.models[a.model])
+                place_on_rank_device(base)
+                self.models[key] = get_peft_model(base, lora_config(a.lora), adapter_name=adapter)
+                self.model_specs[key] = self.spec.models[a.model]
             else:
                 model.add_adapter(adapter, lora_config(a.lora))
-        self.models[a.model].train()
+        self.models[key].train()
 
     # --- addressing ---------------------------------------------------------------------------
     def model_of(self, agent: str) -> PeftModel:
-        return self.models[self.spec.agents[agent].model]
+        return self.models[self.spec.base_of(agent)]
 
     def tokenizer_of(self, agent: str) -> PreTrainedTokenizerBase:
-        return self.tokenizers[self.spec.agents[agent].model]
+        return self.tokenizers[self.spec.base_of(agent)]
+
+    def memory_mb(self) -> dict[str, float]:
+        """`model_memory_mb/<base>`: each base's parameters and buffers (4-bit weights count 4 bits)."""
+        return {f"model_memory_mb/{key}": model.get_memory_footprint() / 2**20 for key, model in sorted(self.models.items())}
 
     def activate(self, agent: str) -> PeftModel:
         """Make the agent's adapter the active one on its base and return that model."""
@@ -104,12 +115,21 @@ class Team:
     # --- sampling -----------------------------------------------------------------------------
     @torch.inference_mode()
     def sample(
-        self, agent: str, prompts: list[list[int]], k: int, max_new_tokens: int, temperature: float, greedy: bool = False
+        self,
+        agent: str,
+        prompts: list[list[int]],
+        k: int,
+        max_new_tokens: int,
+        temperature: float,
+        greedy: bool = False,
+        seeds: list[int] | None = None,
     ) -> list[list[torch.Tensor]]:
-        """K completions for each prompt, in one batched generate. Returns [prompt][k] -> ids [T_i].
+        """K completions for each prompt, in one batched generate. Returns [prompt][k] -> ids [T_i] (on the CPU).
 
         Each distinct prompt is prefilled once and its key/value cache expanded to its K samples,
-        so the prompt (often 10x the completion) is not recomputed K times.
+        so the prompt (often 10x the completion) is not recomputed K times. With `seeds` (one per
+        prompt), each prompt's draws come from its own generator (sampling.py): the same whatever
+        else is in the batch, so sharding problems over ranks does not change them.
         """
         model = self.activate(agent)
         tokenizer = self.tokenizer_of(agent)
@@ -117,6 +137,7 @@ class Team:
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # [P, L], left-padded
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [P, L]
+        ids, mask = ids.to(model.device), mask.to(model.device)
         was_training = model.training
         model.eval()
         cache = None
@@ -128,6 +149,8 @@ class Team:
             cache = prefill.cache
             cache.batch_repeat_interleave(k)
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if not greedy else {"do_sample": False}
+        if seeds is not None and not greedy:  # Gumbel-max on per-prompt noise: argmax is an exact sample
+            sampling = {"do_sample": False, "logits_processor": LogitsProcessorList([GumbelSampler(seeds, k, temperature)])}
         out = model.generate(
             input_ids=ids.repeat_interleave(k, 0),
             attention_mask=mask.repeat_interleave(k, 0),
@@ -138,8 +161,15 @@ class Team:
             **sampling,
         )
         model.train(was_training)
-        completions = [cut_at_eos(row, tokenizer.eos_token_id) for row in out[:, width:]]
+        completions = [cut_at_eos(row, tokenizer.eos_token_id) for row in out[:, width:].cpu()]
         return [completions[i * k : (i + 1) * k] for i in range(len(prompts))]
+
+
+def place_on_rank_device(model: torch.nn.Module) -> None:
+    """Move a base to this process's GPU (`cuda:LOCAL_RANK`) when there is one; bitsandbytes bases stay where they loaded."""
+    target = distributed.device()
+    if target.type == "cuda" and not getattr(model, "is_loaded_in_4bit", False):
+        model.to(target)
 
 
 def cut_at_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:
@@ -176,6 +206,8 @@ def group_logprobs(
     completions (gradients flow through it); logits are computed only for completion tokens.
     """
     k = completions.shape[0]
+    device = next(model.parameters()).device
+    prompt, completions = prompt.to(device), completions.to(device)
     if shared_prompt:
         out = model(input_ids=prompt[None], use_cache=True, logits_to_keep=1)
         cache = out.cache

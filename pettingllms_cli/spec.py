@@ -57,7 +57,29 @@ class AgentSpec(Strict):
 class RewardSpec(Strict):
     team_weight: float = Field(1.0, ge=0, description="Weight of the team outcome in every agent's reward.")
     local_weight: float = Field(0.5, ge=0, description="Weight of the role's own (local) reward.")
-    credit: Literal["none"] = Field("none", description="Credit assignment for the local term.")
+    credit: Literal["none", "difference"] = Field(
+        "none",
+        description="Local term: `none` uses the env's own local reward; `difference` uses the team reward after the "
+        "agent's action minus the team reward after a no-op (empty) action in the same state, so a useless action earns 0.",
+    )
+
+
+class AssignmentSpec(Strict):
+    mode: Literal["static", "rotate", "adaptive"] = Field(
+        "static",
+        description="Who plays which role each episode: `static` (agents' `roles`), `rotate` (role j of episode e goes to "
+        "agent (j + e) mod n, agents sorted by name), `adaptive` (UCB on each agent's recent team success per role).",
+    )
+    ucb_c: float = Field(1.0, ge=0, description="`adaptive`: weight of the UCB exploration bonus c * sqrt(ln N / n).")
+    window: int = Field(32, ge=1, description="`adaptive`: recent episodes per (agent, role) whose mean success is the estimate.")
+
+
+class DistillSpec(Strict):
+    source: str = Field(description="Agent whose best trajectories become supervised targets.")
+    targets: list[str] = Field(min_length=1, description="Agents trained to reproduce them (text level: any tokenizer).")
+    every: int = Field(1, ge=1, description="Distil every N steps (after that step's RL update).")
+    top_k: int = Field(4, ge=1, description="The source's best samples (by reward, reward > 0) used per distillation step.")
+    weight: float = Field(0.1, gt=0, description="Weight of the distillation NLL (token mean) in the target's extra step.")
 
 
 class AlgorithmSpec(Strict):
@@ -102,9 +124,13 @@ class Experiment(Strict):
     env: EnvSpec = Field(description="The environment and its data.")
     models: dict[str, ModelSpec] = Field(min_length=1, description="Named base models.")
     agents: dict[str, AgentSpec] = Field(min_length=1, description="Trainable agents; each plays one or more roles.")
-    specialization: Literal["shared", "per_agent"] = Field(
-        "per_agent", description="`per_agent`: one LoRA adapter per agent on its base; `shared`: one adapter per base plays every role."
+    specialization: Literal["shared", "per_agent", "separate"] = Field(
+        "per_agent",
+        description="`per_agent`: one LoRA adapter per agent; agents naming the same model share its base in memory. "
+        "`shared`: one adapter per base plays every role. `separate`: every agent loads its own copy of its base.",
     )
+    assignment: AssignmentSpec = Field(default_factory=AssignmentSpec, description="Role assignment per episode.")
+    distill: list[DistillSpec] = Field(default_factory=list, description="Cross-agent distillation (none by default).")
     reward: RewardSpec = Field(default_factory=RewardSpec, description="How team and local rewards combine.")
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="AT-GRPO settings.")
     train: TrainSpec = Field(default_factory=TrainSpec, description="Training budget.")
@@ -138,7 +164,22 @@ class Experiment(Strict):
         missing = [r for r in env_roles if r not in owner]
         if missing:
             raise ValueError(f"agents: no agent plays role(s) {missing} of {self.env.name} ({self.env.layout}); add them to an agent's roles")
+        self._check_team_options()
+        for name, model in self.models.items():
+            problem = model_problem(model)
+            if problem:
+                raise ValueError(f"models.{name}: {problem}")
         return self
+
+    def _check_team_options(self) -> None:
+        if self.assignment.mode != "static" and len(self.agents) < 2:
+            raise ValueError(f"assignment.mode: {self.assignment.mode!r} needs at least two agents; use `static` with one agent")
+        for i, d in enumerate(self.distill):
+            for agent in [d.source, *d.targets]:
+                if agent not in self.agents:
+                    raise ValueError(f"distill.{i}: no agent {agent!r}; agents are {sorted(self.agents)}")
+            if d.source in d.targets:
+                raise ValueError(f"distill.{i}.targets: {d.source!r} is the source; an agent cannot distil into itself")
 
     @property
     def run_dir(self) -> Path:
@@ -150,7 +191,30 @@ class Experiment(Strict):
 
     def adapter_of(self, agent: str) -> str:
         """The adapter an agent trains: its own (`per_agent`) or its base model's shared one."""
-        return agent if self.specialization == "per_agent" else f"{self.agents[agent].model}_shared"
+        return f"{self.agents[agent].model}_shared" if self.specialization == "shared" else agent
+
+    def base_of(self, agent: str) -> str:
+        """The base an agent runs on: its model entry, or (`separate`) its own copy of it."""
+        return agent if self.specialization == "separate" else self.agents[agent].model
+
+
+def model_problem(model: ModelSpec) -> str | None:
+    """Why a model spec cannot work, found without loading weights (nf4 needs bitsandbytes; template-less built-ins)."""
+    import importlib.util
+
+    from pettingllms_cli.models.loader import BUILTINS
+
+    if model.quantization == "nf4" and importlib.util.find_spec("bitsandbytes") is None:
+        return "quantization nf4 needs bitsandbytes: run `pip install bitsandbytes`, or use quantization: none"
+    builtin = BUILTINS.get(model.source)
+    if builtin is not None and not builtin.chat_template and model.prompt_template is None:
+        return (
+            f"{model.source} has no chat template; set prompt_template, e.g. "
+            "\"{conversation}\\nassistant: \" (a format string with {conversation})"
+        )
+    if model.prompt_template is not None and "{conversation}" not in model.prompt_template:
+        return "prompt_template must contain {conversation}"
+    return None
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:

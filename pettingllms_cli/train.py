@@ -34,8 +34,10 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from pettingllms_cli import distributed
 from pettingllms_cli.algorithms import group_advantages, zero_std_groups
 from pettingllms_cli.checkpoint import STATE_FILE, latest_checkpoint, load_checkpoint, remove_stale, save_checkpoint
+from pettingllms_cli.distill import distill
 from pettingllms_cli.envs import ENVS, Problem
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.evaluate import episode_metrics, evaluate, make_envs
@@ -52,9 +54,10 @@ from pettingllms_cli.rundir import (
     write_json,
 )
 from pettingllms_cli.spec import Experiment
+from pettingllms_cli.teamlog import team_metrics
 from pettingllms_cli.update import AgentStats, update
 
-WALL_CLOCK_KEYS = ("seconds", "tokens_per_second", "sampling_tokens_per_second")  # differ between identical runs
+WALL_CLOCK_KEYS = ("seconds", "tokens_per_second", "sampling_tokens_per_second", "peak_rss_mb", "cuda_peak_mb")  # vary run to run
 TRAIN_POOL = 10_000  # training problems drawn from; fixed so that extending train.steps keeps the data order
 
 
@@ -76,41 +79,55 @@ def train(
     resume_command: str | None = None,
 ) -> Path:
     console = console or Console()
+    if not distributed.is_main():
+        console = Console(quiet=True)  # rank 0 alone prints
     if resume_command is None:
         resume_command = shlex.join(["pettingllms", "train", f"{run_dir}/spec.yaml", "--out", f"{run_dir}", "--resume"])
-    changes = prepare_run_dir(spec, run_dir, resume, overwrite, force)
+    changes = distributed.on_main(prepare_run_dir, spec, run_dir, resume, overwrite, force)  # rank 0 alone writes files
     with GracefulStop() as stop:
         seed_everything(spec.seed)
-        team = Team(spec)
-        check_disk_space(team, spec, run_dir)
+        with distributed.main_first():  # rank 0 fills the model cache before the others read it
+            team = Team(spec)
+        distributed.on_main(check_disk_space, team, spec, run_dir)
         train_problems, eval_problems = load_problems(spec)
-        if not (run_dir / "eval_before.json").is_file() and not stop.requested:
-            write_json(run_dir / "eval_before.json", evaluate(team, spec, eval_problems))  # the untrained team
-        state = resume_state(team, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
+        if not distributed.on_main((run_dir / "eval_before.json").is_file) and not distributed.any_rank(bool(stop.requested)):
+            before = evaluate(team, spec, eval_problems)  # the untrained team (each rank scores its shard)
+            if distributed.is_main():
+                write_json(run_dir / "eval_before.json", before)
+        state = resume_everywhere(team, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
 
         with progress_bar(console) as bar:
             task = bar.add_task(spec.name, total=spec.train.steps, completed=min(state.step, spec.train.steps), status="")
             for step in range(state.step, spec.train.steps):
-                if stop.requested:
+                if distributed.any_rank(bool(stop.requested)):
                     break
                 began = time.perf_counter()
                 torch.manual_seed(step_seed(spec.seed, step))  # sampling depends on (seed, step) only
-                problems = problems_for_step(train_problems, spec, step)
-                rollout = collect(team, spec, problems)  # rollout + reward
+                problems = distributed.shard(problems_for_step(train_problems, spec, step))  # this rank's problems
+                rollout = collect(team, spec, problems, team.roles.assign(step, len(problems)))  # rollout + reward
                 dropped = assign_advantages(spec, rollout.samples)  # advantage per group
                 stats = update(team, [s for s in rollout.samples if s.group not in dropped])  # loss + optimizer step
+                distilled = distill(team, rollout.samples, step)  # cross-agent distillation, every N steps
                 state = advance(state, stats)
-                metrics = step_metrics(spec, state.step, rollout, stats, time.perf_counter() - began)
-                append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
+                whole = gather_rollout(rollout)  # every rank's share: metrics cover the whole step
+                metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
+                metrics |= team_metrics(team, whole, distilled)  # reward parts, roles per episode, memory, distillation
+                if distributed.is_main():
+                    append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
                 stop_if_stuck(spec, state, run_dir)
-                if state.step % spec.train.checkpoint_every == 0 or state.step == spec.train.steps:
-                    save(team, spec, run_dir, state, train_problems)  # checkpoint
+                checkpoint_due = state.step % spec.train.checkpoint_every == 0 or state.step == spec.train.steps
+                ranks_sha = distributed.gather([adapters_sha(team)]) if checkpoint_due else []  # ranks must agree
+                if checkpoint_due and distributed.is_main():
+                    save(team, spec, run_dir, state, train_problems, ranks_sha)  # checkpoint
                 bar.update(task, advance=1, status=status_line(metrics))
-        if stop.requested:
-            stop_with_checkpoint(team, spec, run_dir, state, train_problems, f"{stop.requested}: ", resume_command, console)
+        if distributed.any_rank(bool(stop.requested)):
+            if distributed.is_main():
+                why = f"{stop.requested or 'a signal to another rank'}: "
+                stop_with_checkpoint(team, spec, run_dir, state, train_problems, why, resume_command, console)
             return run_dir
 
     finish(team, spec, run_dir, eval_problems, console)
+    distributed.barrier()  # the other ranks return once rank 0's files exist (compare reads them next)
     return run_dir
 
 
@@ -180,7 +197,18 @@ def resume_state(
     record = {"time": _now(), "from_step": saved["step"], "steps": spec.train.steps, "forced": bool(changes), "changes": changes}
     append_jsonl(run_dir / "resumes.jsonl", record)
     console.print(f"resuming {run_dir} from {checkpoint.name}" + (f" with --force ({len(changes)} change(s))" if changes else ""))
+    team.roles.load_state_dict(saved.get("roles"))  # adaptive role-assignment statistics
     return RunState(saved["step"], dict(saved.get("skipped_in_a_row", {})))
+
+
+def resume_everywhere(
+    team: Team, spec: Experiment, run_dir: Path, train_problems: list[Problem], changes: dict, force: bool, console: Console
+) -> RunState:
+    """Rank 0 restores the checkpoint and trims the run's files; the other ranks then load the same checkpoint."""
+    state = distributed.on_main(resume_state, team, spec, run_dir, train_problems, changes, force, console)
+    if not distributed.is_main() and state.step > 0:
+        load_checkpoint(team, run_dir / "checkpoints" / f"step_{state.step}")
+    return state
 
 
 def _now() -> str:
@@ -188,15 +216,27 @@ def _now() -> str:
 
 
 # --- one step -------------------------------------------------------------------------------
-def collect(team: Team, spec: Experiment, problems: list[Problem]) -> Rollout:
+def collect(team: Team, spec: Experiment, problems: list[Problem], assignment: list[dict[str, str]] | None = None) -> Rollout:
     envs = make_envs(spec, problems)
     started = time.perf_counter()
     if spec.algorithm.rollout == "tree":
-        rollout = tree_rollout(team, spec, envs, spec.algorithm.group_size)
+        rollout = tree_rollout(team, spec, envs, spec.algorithm.group_size, assignment=assignment)
     else:
-        rollout = parallel_rollout(team, spec, envs, spec.algorithm.group_size)
+        rollout = parallel_rollout(team, spec, envs, spec.algorithm.group_size, assignment=assignment)
     rollout.seconds = time.perf_counter() - started
+    team.roles.record(rollout.assignment, [float(env.success) for env in rollout.episodes])  # adaptive assignment learns
     return rollout
+
+
+def gather_rollout(rollout: Rollout) -> Rollout:
+    """Every rank's samples and episodes in rank order, so metrics cover the whole step (one process: as is)."""
+    if distributed.world_size() == 1:
+        return rollout
+    tokens = int(distributed.all_reduce_sum([rollout.tokens])[0])
+    seconds = max(distributed.gather([rollout.seconds]))  # ranks sample side by side: the slowest sets the pace
+    whole = Rollout(distributed.gather(rollout.samples), distributed.gather(rollout.episodes), tokens, seconds)
+    whole.assignment = distributed.gather(rollout.assignment)  # role -> agent of each episode, in episode order
+    return whole
 
 
 def assign_advantages(spec: Experiment, samples: list[Sample]) -> set:
@@ -230,7 +270,7 @@ def stop_if_stuck(spec: Experiment, state: RunState, run_dir: Path) -> None:
 
 def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str, AgentStats], seconds: float) -> dict:
     """One metrics.jsonl line (DESIGN.md §6 keys); a non-finite value is written as null."""
-    metrics: dict = {"step": step, **episode_metrics(rollout.episodes)}
+    metrics: dict = {"step": step, "episodes": len(rollout.episodes), **episode_metrics(rollout.episodes)}
     metrics["sample_success_rate"] = _mean([s.team_reward > 0 for s in rollout.samples])
     by_agent: dict[str, list[Sample]] = defaultdict(list)
     for s in rollout.samples:
@@ -283,7 +323,24 @@ def progress_bar(console: Console) -> Progress:
 
 
 # --- checkpoint and finish ------------------------------------------------------------------
-def save(team: Team, spec: Experiment, run_dir: Path, state: RunState, train_problems: list[Problem]) -> Path:
+def adapters_sha(team: Team) -> str:
+    """SHA-256 of every adapter's weights: data-parallel ranks must hold identical adapters."""
+    h = hashlib.sha256()
+    for adapter, params in sorted(team.params.items()):
+        h.update(adapter.encode())
+        for p in params:
+            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def save(
+    team: Team,
+    spec: Experiment,
+    run_dir: Path,
+    state: RunState,
+    train_problems: list[Problem],
+    ranks_sha: list[str] | None = None,
+) -> Path:
     """Checkpoint everything a resume needs besides adapters, optimizers and RNG (checkpoint.py adds those)."""
     extra = {
         "skipped_in_a_row": state.skipped_in_a_row,
@@ -292,8 +349,9 @@ def save(team: Team, spec: Experiment, run_dir: Path, state: RunState, train_pro
             "pool": len(train_problems),
             "fingerprint": data_fingerprint(train_problems),
         },
-        "roles": spec.role_owner(),  # static role assignment
+        "roles": team.roles.state_dict(),  # role-assignment statistics (adaptive)
         "spec": spec.model_dump(mode="json"),
+        "ranks_adapters_sha": ranks_sha or [],  # one per data-parallel rank (all equal); empty when not computed
     }
     return save_checkpoint(team, run_dir, state.step, extra)
 
@@ -322,7 +380,9 @@ def stop_with_checkpoint(
 
 def finish(team: Team, spec: Experiment, run_dir: Path, eval_problems: list[Problem], console: Console) -> None:
     """Score the trained team on the held-out problems and write the report."""
-    after = evaluate(team, spec, eval_problems)
+    after = evaluate(team, spec, eval_problems)  # every rank scores its shard
+    if not distributed.is_main():
+        return
     write_json(run_dir / "eval_after.json", after)
     write_report(run_dir)
     console.print(

@@ -4,6 +4,8 @@ Samples that share a prompt are scored in one forward (the prompt once, its cach
 the K completions), and each forward is backpropagated at once, so memory holds one group.
 The loss is the token mean over all of an adapter's samples: each group's token sum is divided
 by the adapter's total completion tokens before backward, so accumulation equals one big batch.
+Under data parallelism (distributed.py) that total counts every rank's tokens and the gradients
+are summed over ranks before clipping, so every rank steps with the 1-process gradient.
 
 Guard: a non-finite loss (before its backward) or a non-finite gradient norm skips that
 adapter's optimizer step for this step; its agents get `skipped = True` and their weights and
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pettingllms_cli import distributed
 from pettingllms_cli.algorithms import k3_kl, masked_sum, ppo_clip_loss
 from pettingllms_cli.policy import Team, group_logprobs, pad_right
 from pettingllms_cli.rollout import Sample
@@ -48,8 +51,9 @@ def update(team: Team, samples: list[Sample]) -> dict[str, AgentStats]:
     by_adapter: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         by_adapter[team.spec.adapter_of(s.agent)].append(s)
-    for adapter, own in sorted(by_adapter.items()):
-        _update_adapter(team, adapter, own, stats)
+    for adapter in sorted(team.params):  # every adapter on every rank: the gradient all-reduce is collective
+        _update_adapter(team, adapter, by_adapter.get(adapter, []), stats)
+    _sum_over_ranks(stats)
     for st in stats.values():
         n = max(st.tokens, 1)
         st.loss, st.kl, st.entropy, st.clip_frac = (st._sums[k] / n for k in ("loss", "kl", "entropy", "clip"))
@@ -60,8 +64,12 @@ def _update_adapter(team: Team, adapter: str, own: list[Sample], stats: dict[str
     """Accumulate the adapter's gradient group by group, then clip and step unless it is non-finite."""
     algo = team.spec.algorithm
     optimizer = team.optimizers[adapter]
+    agents = sorted(a for a in team.spec.agents if team.spec.adapter_of(a) == adapter)
+    counts = [len(own), sum(len(s.completion) for s in own), *(any(s.agent == a for s in own) for a in agents)]
+    n_samples, total_tokens, *present = (int(x) for x in distributed.all_reduce_sum(counts))  # over all ranks
+    if n_samples == 0:
+        return  # no rank has samples for this adapter
     optimizer.zero_grad(set_to_none=True)
-    total_tokens = sum(len(s.completion) for s in own)
     finite = True
     for (agent, _), batch in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0].group):
         st = stats[agent]
@@ -72,13 +80,28 @@ def _update_adapter(team: Team, adapter: str, own: list[Sample], stats: dict[str
         finite = finite and bool(torch.isfinite(loss))
         if finite:
             loss.backward()  # a non-finite loss never reaches the gradients
+    finite = not distributed.any_rank(not finite)  # one rank's non-finite loss skips the step on every rank
+    if finite:
+        distributed.all_reduce_grads(team.params[adapter])  # global token mean: the sum is the 1-process gradient
     norm = float(torch.nn.utils.clip_grad_norm_(team.params[adapter], algo.max_grad_norm)) if finite else math.nan
     if math.isfinite(norm):
         optimizer.step()
-    for agent in {s.agent for s in own}:
+    for agent in (a for a, n in zip(agents, present, strict=True) if n):  # agents with samples on any rank
         stats[agent].grad_norm = norm
         stats[agent].skipped = not math.isfinite(norm)
     optimizer.zero_grad(set_to_none=True)
+
+
+def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:
+    """Sum each agent's token count and loss sums over ranks, so the means cover every rank's samples."""
+    if distributed.world_size() == 1:
+        return
+    keys = ("loss", "kl", "entropy", "clip")
+    agents = sorted(stats)
+    totals = distributed.all_reduce_sum([[stats[a].tokens, *(stats[a]._sums[k] for k in keys)] for a in agents])  # [A, 5]
+    for agent, (tokens, *sums) in zip(agents, totals.tolist(), strict=True):
+        stats[agent].tokens = int(tokens)
+        stats[agent]._sums.update(zip(keys, sums, strict=True))
 
 
 def batch_loss(team: Team, agent: str, batch: list[Sample], st: AgentStats) -> torch.Tensor:
@@ -90,6 +113,7 @@ def batch_loss(team: Team, agent: str, batch: list[Sample], st: AgentStats) -> t
     prompt = torch.tensor(batch[0].prompt)  # [Lp]
     ids, mask = pad_right([s.completion for s in batch], tokenizer.pad_token_id)  # [K, Lc]
     advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32)  # [K]
+    mask, advantages = mask.to(model.device), advantages.to(model.device)
     logp, entropy = group_logprobs(model, prompt, ids, spec.train.temperature, shared_prompt=True)
     old_logp = logp.detach()  # one update per batch: the sampling policy is the current one
     per_token, clipped = ppo_clip_loss(logp, old_logp, advantages, algo.clip_eps)

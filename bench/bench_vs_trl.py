@@ -1,0 +1,263 @@
+"""The same single-agent GRPO work through TRL's `GRPOTrainer` and through pettingllms, in one process.
+
+    python bench/bench_vs_trl.py [--quick] [--steps N]
+
+Both sides: SmolLM2-135M-Instruct (fp32, CPU) from the pettingllms cache, LoRA r=8 / alpha=16
+on all linear layers, the same chat prompts (math word problems with one worked example per
+operation, ~190 tokens), K=8 completions of one prompt per step, at most 32 new tokens,
+temperature 1 (top-k 0, top-p 1), PPO-clip eps 0.2, no KL (TRL beta=0, ours kl_coef=0), token-mean
+loss (TRL `dapo`), AdamW at a constant lr, grad-norm clip 1, one optimizer step per batch and
+the same deterministic reward. TRL's gradient checkpointing and bf16 defaults are turned off
+(ours uses neither). The first step of each side is a warm-up and is not timed; trained
+completion tokens (EOS included) are counted over the timed steps.
+
+Last line: `speedup_vs_trl=<pettingllms tokens/s over TRL tokens/s>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from pettingllms_cli.envs.math_tool import CALLER_SYSTEM, SHOTS, generate_problems
+from pettingllms_cli.models.loader import pull
+from pettingllms_cli.spec import parse_spec
+from pettingllms_cli.tools.calculator import calculate, format_number
+
+MODEL = "smollm2-135m-instruct"
+K = 8  # completions per prompt (group size); one prompt per step
+MAX_NEW_TOKENS = 32
+TEMPERATURE = 1.0
+LORA_R, LORA_ALPHA = 8, 16
+LR = 1e-5  # small, so neither side's completions drift far from the base during the bench
+CLIP_EPS = 0.2
+SEED = 0
+AGENT, ROLE = "solver", "solver"
+
+
+# --- the shared work ----------------------------------------------------------------------------
+def make_prompts(n: int) -> list[tuple[list[dict], float]]:
+    """n chat prompts (system, worked examples, question) and their answers; the same for both sides."""
+    shots = []
+    for question, expression in SHOTS.values():
+        shots += [{"role": "user", "content": question}, {"role": "assistant", "content": f"{expression} = {format_number(calculate(expression))}"}]
+    problems = generate_problems(SEED, n, "bench")
+    return [
+        ([{"role": "system", "content": CALLER_SYSTEM}, *shots, {"role": "user", "content": p.question}], float(p.answer))
+        for p in problems
+    ]
+
+
+def reward(text: str, answer: float) -> float:
+    """1 for the right number, 0.1 for any number, plus 0.001 per character (so groups rarely tie).
+
+    >>> reward("12+7 = 19", 19.0)
+    1.109
+    """
+    numbers = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", text)]
+    return (1.0 if answer in numbers else 0.0) + (0.1 if numbers else 0.0) + 0.001 * len(text)
+
+
+@dataclass
+class Timing:
+    name: str
+    tokens: list[int] = field(default_factory=list)  # completion tokens per timed step
+    seconds: list[float] = field(default_factory=list)  # wall time per timed step
+    parts: dict[str, float] = field(default_factory=dict)  # seconds per phase over the timed steps
+
+    @property
+    def tokens_per_second(self) -> float:
+        return sum(self.tokens) / sum(self.seconds)
+
+    def line(self) -> str:
+        parts = "  ".join(f"{k} {v / len(self.seconds):.2f}s" for k, v in self.parts.items())
+        return (
+            f"{self.name:>12}: {len(self.seconds)} steps, {sum(self.tokens)} tokens, "
+            f"{sum(self.seconds) / len(self.seconds):.2f} s/step, {self.tokens_per_second:.1f} tok/s  ({parts} per step)"
+        )
+
+
+# --- pettingllms --------------------------------------------------------------------------------
+def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int]) -> Timing:
+    """Team.sample -> reward -> assign_advantages -> update, one prompt x K per step, as train.py does."""
+    from pettingllms_cli.policy import Team
+    from pettingllms_cli.rollout import Sample
+    from pettingllms_cli.train import assign_advantages
+    from pettingllms_cli.update import update
+
+    spec = parse_spec(
+        {
+            "name": "bench",
+            "seed": SEED,
+            "env": {"name": "math_tool_v0", "layout": "single"},
+            "models": {"smol": {"source": MODEL, "dtype": "float32", "quantization": "none"}},
+            "agents": {AGENT: {"model": "smol", "roles": [ROLE], "lora": {"r": LORA_R, "alpha": LORA_ALPHA, "dropout": 0.0}}},
+            "algorithm": {"group_size": K, "clip_eps": CLIP_EPS, "kl_coef": 0.0, "lr": LR, "max_grad_norm": 1.0},
+            "train": {"max_new_tokens": MAX_NEW_TOKENS, "temperature": TEMPERATURE},
+        }
+    )
+    torch.manual_seed(SEED)
+    team = Team(spec)
+    if team.encode(AGENT, prompts[0][0]) != check_prompt:
+        raise SystemExit("Team.encode and the chat template disagree on the prompt; the bench would not compare the same work")
+    timing = Timing("pettingllms", parts={"sample": 0.0, "update": 0.0})
+    zero_std = 0
+    for step, (messages, answer) in enumerate(prompts):
+        began = time.perf_counter()
+        prompt = team.encode(AGENT, messages)
+        completions = team.sample(AGENT, [prompt], K, MAX_NEW_TOKENS, TEMPERATURE)[0]
+        sampled = time.perf_counter()
+        samples = []
+        for ids in completions:
+            text = team.decode(AGENT, ids)
+            r = reward(text, answer)
+            samples.append(Sample(AGENT, ROLE, 0, f"p{step}", (f"p{step}", ROLE, 0), prompt, ids, text, r, r, 0.0))
+        assign_advantages(spec, samples)
+        zero_std += all(s.advantage == 0 for s in samples)
+        update(team, samples)
+        ended = time.perf_counter()
+        if step >= warmup:
+            timing.tokens.append(sum(len(c) for c in completions))
+            timing.seconds.append(ended - began)
+            timing.parts["sample"] += sampled - began
+            timing.parts["update"] += ended - sampled
+    if zero_std:
+        print(f"note: pettingllms skipped the forward of {zero_std} all-equal-reward group(s); TRL does not skip them")
+    return timing
+
+
+# --- TRL ----------------------------------------------------------------------------------------
+def bench_trl(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int]) -> Timing:
+    """GRPOTrainer on the same prompts: one prompt x K generations per optimizer step."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    folder = pull(MODEL)
+    tokens_per_step: list[int] = []
+
+    def trl_reward(prompts, completions, completion_ids, answer, **kwargs) -> list[float]:
+        tokens_per_step.append(sum(len(ids) for ids in completion_ids))
+        return [reward(c[0]["content"], a) for c, a in zip(completions, answer, strict=True)]
+
+    step_ends: list[float] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if not step_ends:
+                step_ends.append(time.perf_counter())  # start of the first step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            step_ends.append(time.perf_counter())
+
+    out_dir = tempfile.mkdtemp(prefix="bench_trl_")
+    config = GRPOConfig(
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+        logging_steps=10_000,
+        seed=SEED,
+        data_seed=SEED,
+        shuffle_dataset=False,
+        per_device_train_batch_size=K,  # one step = one prompt x K completions
+        gradient_accumulation_steps=1,
+        num_generations=K,
+        max_completion_length=MAX_NEW_TOKENS,
+        temperature=TEMPERATURE,
+        top_k=0,
+        top_p=1.0,
+        beta=0.0,
+        epsilon=CLIP_EPS,
+        loss_type="dapo",  # token mean over the batch, as ours
+        scale_rewards="group",
+        num_iterations=1,
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        max_steps=len(prompts),
+        use_vllm=False,
+        dataloader_num_workers=0,
+    )
+    lora = LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    dataset = Dataset.from_list([{"prompt": m, "answer": a} for m, a in prompts])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=trl_reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora,
+        callbacks=[StepClock()],
+    )
+    trl_ids = trainer._tokenize_prompts([prompts[0][0]])[0][0]
+    if list(trl_ids) != list(check_prompt):
+        raise SystemExit("TRL and pettingllms tokenise the prompt differently; the bench would not compare the same work")
+    generate_seconds: list[float] = []
+    original = trainer._generate_single_turn
+
+    def timed_generate(*args, **kwargs):
+        began = time.perf_counter()
+        result = original(*args, **kwargs)
+        generate_seconds.append(time.perf_counter() - began)
+        return result
+
+    trainer._generate_single_turn = timed_generate
+    trainer.train()
+    durations = [b - a for a, b in zip(step_ends, step_ends[1:])]
+    timing = Timing("TRL", tokens=tokens_per_step[warmup:], seconds=durations[warmup:])
+    timing.parts["generate"] = sum(generate_seconds[warmup:])
+    timing.parts["rest"] = sum(timing.seconds) - timing.parts["generate"]
+    if len(timing.tokens) != len(timing.seconds):
+        raise SystemExit(f"TRL ran {len(durations)} steps but scored {len(tokens_per_step)} batches; cannot pair them")
+    return timing
+
+
+# --- main ---------------------------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="4 timed steps per side (under 5 minutes on 2 CPU cores)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per side (default 12, or 4 with --quick)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps per side before timing")
+    args = parser.parse_args()
+    steps = args.steps or (4 if args.quick else 12)
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    prompts = make_prompts(args.warmup + steps)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(pull(MODEL))
+    first = list(tokenizer.apply_chat_template(prompts[0][0], add_generation_prompt=True, tokenize=True, return_dict=False))
+    first = first if not isinstance(first[0], list) else first[0]
+    print(
+        f"model {MODEL} fp32, LoRA r={LORA_R} all-linear, K={K}, max_new_tokens={MAX_NEW_TOKENS}, "
+        f"prompt ~{len(first)} tokens, {steps} timed steps after {args.warmup} warm-up, torch threads {torch.get_num_threads()}"
+    )
+    ours = bench_pettingllms(prompts, args.warmup, first)
+    print(ours.line(), flush=True)
+    trl = bench_trl(prompts, args.warmup, first)
+    print(trl.line(), flush=True)
+    print(f"pettingllms_tokens_per_second={ours.tokens_per_second:.2f}")
+    print(f"trl_tokens_per_second={trl.tokens_per_second:.2f}")
+    print(f"speedup_vs_trl={ours.tokens_per_second / trl.tokens_per_second:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Data parallelism over processes started by `torchrun` or `accelerate launch` (one per GPU, or gloo on CPU).
+
+Each rank samples and scores its shard of a step's problems; gradients are summed over ranks
+before every optimizer step, so every rank holds the same adapters. Rank 0 alone writes files
+and prints. Every helper is a no-op in a single process (WORLD_SIZE unset or 1), so the
+one-process code path is unchanged.
+
+Collectives must be called by every rank in the same order: code that calls one of these
+helpers must run on all ranks, never behind `is_main()`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import TypeVar
+
+import torch
+import torch.distributed as dist
+
+from pettingllms_cli.errors import UserError
+
+T = TypeVar("T")
+TIMEOUT = timedelta(minutes=30)  # a rank stuck longer than this (e.g. a peer died) fails instead of hanging
+
+
+def init() -> None:
+    """Join the process group the launcher described (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+        return
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise UserError(f"WORLD_SIZE>1 but {', '.join(missing)} unset; start with torchrun or accelerate launch")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank())  # one process per GPU
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, timeout=TIMEOUT)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def device() -> torch.device:
+    """This rank's device: `cuda:LOCAL_RANK` when CUDA is available, else the CPU."""
+    return torch.device("cuda", local_rank()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _comm_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+# --- data --------------------------------------------------------------------------------------
+def shard(items: Sequence[T]) -> list[T]:
+    """This rank's contiguous slice of `items` (sizes differ by at most one; concatenated in rank order = items).
+
+    >>> shard([1, 2, 3])  # one process: everything
+    [1, 2, 3]
+    """
+    n, w, r = len(items), world_size(), rank()
+    return list(items[r * n // w : (r + 1) * n // w])
+
+
+def gather(items: list[T]) -> list[T]:
+    """Every rank's list, concatenated in rank order, on every rank (inverse of `shard`)."""
+    if world_size() == 1:
+        return items
+    parts: list = [None] * world_size()
+    dist.all_gather_object(parts, items)
+    return [x for part in parts for x in part]
+
+
+# --- reductions --------------------------------------------------------------------------------
+def all_reduce_sum(values: torch.Tensor | Sequence[float]) -> torch.Tensor:
+    """Elementwise sum over ranks, in float64 (counts and loss sums stay exact enough); returns a new tensor."""
+    t = torch.as_tensor(values, dtype=torch.float64).clone()
+    if world_size() > 1:
+        moved = t.to(_comm_device())
+        dist.all_reduce(moved, op=dist.ReduceOp.SUM)
+        t = moved.cpu()
+    return t
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank when `flag` is true on any rank (e.g. a stop signal that reached one process first)."""
+    return bool(all_reduce_sum([float(flag)])[0] > 0)
+
+
+def all_reduce_grads(params: Sequence[torch.nn.Parameter]) -> None:
+    """Sum gradients over ranks, in place, in one flat buffer.
+
+    A rank without a grad for a parameter adds zeros; a parameter no rank has a grad for keeps
+    `grad=None`, so the optimizer skips it as it would in one process.
+    """
+    if world_size() == 1 or not params:
+        return
+    grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel(), dtype=p.dtype, device=p.device) for p in params]
+    has = torch.tensor([p.grad is not None for p in params], dtype=grads[0].dtype, device=grads[0].device)  # [P]
+    flat = torch.cat([*grads, has]).to(_comm_device())  # [sum numel + P]
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    offset = 0
+    for i, p in enumerate(params):
+        n = p.numel()
+        p.grad = flat[offset : offset + n].view_as(p).to(p.device, p.dtype).clone() if flat[-len(params) + i] > 0 else None
+        offset += n
+
+
+# --- rank 0 does, the others learn the outcome ---------------------------------------------------
+def on_main(fn: Callable[..., T], *args, **kwargs) -> T:
+    """Run `fn` on rank 0 only and hand its result (or its UserError) to every rank."""
+    if world_size() == 1:
+        return fn(*args, **kwargs)
+    box: list = [None]
+    if is_main():
+        try:
+            box[0] = ("ok", fn(*args, **kwargs))
+        except UserError as e:
+            box[0] = ("error", pickle.dumps(e))
+    dist.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        raise pickle.loads(value)
+    return value
+
+
+def barrier() -> None:
+    if world_size() > 1:
+        dist.barrier()
+
+
+@contextmanager
+def main_first() -> Iterator[None]:
+    """Rank 0 runs the block first (e.g. materialising a model cache), then the others."""
+    if not is_main():
+        barrier()
+    yield
+    if is_main():
+        barrier()

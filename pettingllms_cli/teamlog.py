@@ -1,0 +1,37 @@
+"""Team-learning metrics added to each metrics.jsonl line: reward components, role assignment, memory, distillation."""
+
+from __future__ import annotations
+
+import math
+import resource
+import sys
+
+import torch
+
+from pettingllms_cli.policy import Team
+from pettingllms_cli.rollout import Rollout
+
+
+def team_metrics(team: Team, rollout: Rollout, distilled: dict[str, float]) -> dict:
+    """`reward_env_local/<agent>`, `roles` (each episode's assignment and success), `role_success/...`, memory, distillation."""
+    metrics: dict = {}
+    for agent in sorted(team.spec.agents):
+        own = [s.env_local_reward for s in rollout.samples if s.agent == agent]
+        metrics[f"reward_env_local/{agent}"] = sum(own) / len(own) if own else 0.0
+    metrics["roles"] = [
+        {"problem": env.problem.id, "roles": dict(assignment), "success": bool(env.success)}
+        for assignment, env in zip(rollout.assignment, rollout.episodes, strict=False)  # empty when gathered over ranks
+    ]
+    metrics.update(team.roles.metrics())
+    metrics.update(team.memory_mb())
+    metrics["peak_rss_mb"] = peak_rss_mb()
+    if torch.cuda.is_available():
+        metrics["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+    metrics.update(distilled)
+    return {k: round(v, 6) if isinstance(v, float) and math.isfinite(v) else v for k, v in metrics.items()}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (2**20 if sys.platform == "darwin" else 2**10)

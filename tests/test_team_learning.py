@@ -1,0 +1,275 @@
+"""Team learning (issue 4): difference credit, role assignment, distillation, group shapes, invariances, bad input."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from pettingllms_cli.algorithms import group_advantages
+from pettingllms_cli.envs.base import Problem
+from pettingllms_cli.envs.math_tool import MathToolEnv
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.policy import Team
+from pettingllms_cli.roles import RoleAssigner, rotation
+from pettingllms_cli.rollout import Sample, parallel_rollout, tree_rollout
+from pettingllms_cli.spec import parse_spec
+from pettingllms_cli.update import update
+
+PROBLEMS = [
+    Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"}),
+    Problem("p1", "Mia has 30 cups and breaks 4. How many cups are left?", 26.0, {"expression": "30-4"}),
+]
+
+
+class ScriptedTeam:
+    """Stands in for Team in rollouts: candidate j of a role is `script[role][j]` (text after the prefill)."""
+
+    def __init__(self, script: dict[str, list[str]]):
+        self.script = script
+        self.role = ""
+
+    def encode(self, agent, messages):
+        self.role = "verifier" if messages[0]["content"].startswith("Check") else "tool_caller"
+        return [1, 2, 3]
+
+    def sample(self, agent, prompts, k, max_new_tokens, temperature, greedy=False, seeds=None):
+        return [[torch.tensor([j]) for j in range(k)] for _ in prompts]
+
+    def decode(self, agent, ids):
+        return self.script[self.role][int(ids[0])]
+
+
+def _spec(tree: dict, **changes) -> object:
+    tree = copy.deepcopy(tree)
+    for dotted, value in changes.items():
+        node = tree
+        *keys, last = dotted.split("__")
+        for key in keys:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return parse_spec(tree)
+
+
+def _envs(spec):
+    return [MathToolEnv(p, "multi", spec.env.max_turns, spec.env.options) for p in PROBLEMS]
+
+
+CALLS = {"tool_caller": ['12+7"}}</tool_call>', "xx"], "verifier": ["5", "zz"]}  # right/garbage call; two wrong answers
+
+
+# --- (a) hierarchical reward -------------------------------------------------------------------
+def test_difference_credit_gives_zero_to_an_action_that_changes_nothing(smoke_tree):
+    spec = _spec(smoke_tree, reward__credit="difference", env__max_turns=1, algorithm__group_size=2)
+    samples = tree_rollout(ScriptedTeam(CALLS), spec, _envs(spec)[:1], k=2).samples
+    good, garbage = [s for s in samples if s.role == "tool_caller"]
+    assert good.team_reward == 1.0 and good.local_reward == 1.0  # the right call made the team's value right
+    assert garbage.team_reward == 0.0 and garbage.local_reward == 0.0  # no better than a no-op
+    assert garbage.env_local_reward == pytest.approx(-0.1)  # the env's own local term is kept for logging
+    verifier = [s for s in samples if s.role == "verifier"]
+    assert len(verifier) == 2 and all(s.local_reward == 0.0 for s in verifier)  # wrong either way: no credit
+    assert all(s.reward == pytest.approx(spec.reward.team_weight * s.team_reward) for s in verifier)
+
+
+def test_credit_none_keeps_the_env_local_reward(smoke_tree):
+    spec = _spec(smoke_tree, env__max_turns=1, algorithm__group_size=2)
+    samples = tree_rollout(ScriptedTeam(CALLS), spec, _envs(spec)[:1], k=2).samples
+    garbage = [s for s in samples if s.role == "tool_caller"][1]
+    assert garbage.local_reward == pytest.approx(-0.1) == garbage.env_local_reward
+
+
+def test_every_env_accepts_the_noop_action():
+    from pettingllms_cli.envs import ENVS
+
+    for name, env_cls in sorted(ENVS.items()):
+        problem = env_cls.load_problems("generated", "test", 0, 1, {})[0] if name != "code_v0" else None
+        if problem is None:
+            continue
+        env = env_cls(problem, next(iter(env_cls.layouts)), 1, {})
+        res = env.copy().step(env.current_role, "")
+        assert res.team_reward == 0.0, name
+
+
+# --- (b) role assignment -----------------------------------------------------------------------
+def test_rotate_gives_each_agent_each_role_over_len_roles_episodes():
+    roles, agents = ("planner", "coder", "tester"), ["a", "b"]
+    plays = {(r, a) for e in range(len(roles)) for r, a in rotation(roles, agents, e).items()}
+    assert plays == {(r, a) for r in roles for a in agents}
+
+
+def test_rotate_in_rollouts_switches_who_acts(smoke_tree):
+    spec = _spec(smoke_tree, assignment={"mode": "rotate"}, env__max_turns=1, algorithm__group_size=2)
+    assignment = RoleAssigner(spec).assign(0, 2)
+    assert assignment == [{"tool_caller": "caller", "verifier": "verifier"}, {"tool_caller": "verifier", "verifier": "caller"}]
+    samples = tree_rollout(ScriptedTeam(CALLS), spec, _envs(spec), k=2, assignment=assignment).samples
+    played = {(s.problem_id, s.role, s.agent) for s in samples}
+    assert ("p0", "tool_caller", "caller") in played and ("p1", "tool_caller", "verifier") in played
+    assert ("p1", "verifier", "caller") in played
+
+
+def test_adaptive_tries_everyone_then_prefers_the_successful_agent(smoke_tree):
+    spec = _spec(smoke_tree, assignment={"mode": "adaptive", "ucb_c": 0.1})
+    roles = RoleAssigner(spec)
+    first = roles.assign(0, 2)
+    assert {a["tool_caller"] for a in first} == {"caller", "verifier"}  # untried agents go first
+    for _ in range(10):
+        batch = [{"tool_caller": "caller", "verifier": "verifier"}, {"tool_caller": "verifier", "verifier": "caller"}]
+        roles.record(batch, [1.0, 0.0])
+    assert all(a == {"tool_caller": "caller", "verifier": "verifier"} for a in roles.assign(1, 3))
+    restored = RoleAssigner(spec)
+    restored.load_state_dict(roles.state_dict())
+    assert restored.assign(2, 3) == roles.assign(2, 3)
+
+
+# --- tree vs parallel group shapes (DESIGN.md §4) ---------------------------------------------
+def test_tree_groups_are_problem_role_turn_and_parallel_groups_problem_agent(smoke_tree):
+    spec = _spec(smoke_tree, env__max_turns=1, algorithm__group_size=3)
+    script = {"tool_caller": ["xx"] * 3, "verifier": ["5"] * 3}
+    tree = tree_rollout(ScriptedTeam(script), spec, _envs(spec), k=3).samples
+    sizes = {}
+    for s in tree:
+        sizes[s.group] = sizes.get(s.group, 0) + 1
+    assert sizes == {(p, r, 0): 3 for p in ("p0", "p1") for r in ("tool_caller", "verifier")}
+    par = parallel_rollout(ScriptedTeam(script), spec, _envs(spec), k=3).samples
+    sizes = {}
+    for s in par:
+        sizes[s.group] = sizes.get(s.group, 0) + 1
+    assert sizes == {(p, a): 3 for p in ("p0", "p1") for a in ("caller", "verifier")}
+
+
+# --- invariances on the tiny model ---------------------------------------------------------------
+def _step(tree: dict, seed: int = 3):
+    """One rollout + update of a fresh team; returns (actions, rewards, losses)."""
+    spec = parse_spec(tree)
+    team = Team(spec)
+    torch.manual_seed(seed)
+    rollout = tree_rollout(team, spec, _envs(spec), spec.algorithm.group_size, assignment=team.roles.assign(0, 2))
+    adv = group_advantages(torch.tensor([s.reward for s in rollout.samples]), [s.group for s in rollout.samples])
+    for s, a in zip(rollout.samples, adv.tolist(), strict=True):
+        s.advantage = a
+    stats = update(team, rollout.samples)
+    actions = sorted((s.problem_id, s.role, s.agent, s.text) for s in rollout.samples)
+    return actions, sorted(s.reward for s in rollout.samples), {a: st.loss for a, st in stats.items()}, rollout
+
+
+def test_shared_and_per_agent_give_identical_step0_losses(smoke_tree):
+    small = _spec(smoke_tree, env__max_turns=1, algorithm__group_size=2, algorithm__kl_coef=0.0).model_dump()
+    _, _, per_agent_losses, rollout = _step(small)
+    shared = parse_spec({**small, "specialization": "shared"})
+    team = Team(shared)
+    shared_losses = {a: st.loss for a, st in update(team, rollout.samples).items()}
+    assert per_agent_losses.keys() == shared_losses.keys()
+    for agent in per_agent_losses:
+        assert shared_losses[agent] == pytest.approx(per_agent_losses[agent], abs=1e-6)
+
+
+def test_agent_order_in_the_yaml_does_not_change_results(smoke_tree):
+    tree = _spec(smoke_tree, env__max_turns=1, algorithm__group_size=2, assignment={"mode": "rotate"}).model_dump()
+    flipped = {**tree, "agents": dict(reversed(list(tree["agents"].items())))}
+    assert list(flipped["agents"]) != list(tree["agents"])
+    a, b = _step(tree), _step(flipped)
+    assert a[:3] == b[:3]
+
+
+# --- (c) separate bases, (e) distillation across tokenizers ----------------------------------------
+def _hetero_tree(smoke_tree) -> dict:
+    tree = copy.deepcopy(smoke_tree)
+    tree["models"] = {"llama": {"source": "tiny-llama"}, "qwen": {"source": "tiny-qwen2"}}
+    tree["agents"]["caller"]["model"] = "llama"
+    tree["agents"]["verifier"]["model"] = "qwen"
+    tree["specialization"] = "separate"
+    tree["distill"] = [{"source": "caller", "targets": ["verifier"], "top_k": 2, "weight": 1.0}]
+    return tree
+
+
+def test_separate_gives_each_agent_its_own_base(smoke_tree):
+    same = copy.deepcopy(smoke_tree)
+    same["specialization"] = "separate"
+    team = Team(parse_spec(same))
+    assert set(team.models) == {"caller", "verifier"} and team.model_of("caller") is not team.model_of("verifier")
+    assert "model_memory_mb/caller" in team.memory_mb()
+
+
+def test_distillation_lowers_the_targets_nll_on_the_sources_trajectories(smoke_tree):
+    from pettingllms_cli.distill import distill, nll
+
+    spec = parse_spec(_hetero_tree(smoke_tree))
+    team = Team(spec)
+    assert team.tokenizer_of("caller") is not team.tokenizer_of("verifier")
+    env = _envs(spec)[0]
+    obs = env.observe("tool_caller")
+    texts = [obs[-1]["content"] + '12+7"}}</tool_call>', obs[-1]["content"] + "xx"]
+    samples = [
+        Sample("caller", "tool_caller", 0, "p0", ("p0",), [1], torch.tensor([1]), t, r, r, 0.0, messages=obs)
+        for t, r in zip(texts, (1.0, 0.5), strict=True)
+    ]
+    before = nll(team, "verifier", samples)[0].item()
+    for step in range(3):
+        losses = distill(team, samples, step)
+    after = nll(team, "verifier", samples)[0].item()
+    assert set(losses) == {"distill_loss/verifier"}
+    assert after < before
+
+
+# --- (d) 4-bit ----------------------------------------------------------------------------------------
+def test_nf4_base_is_smaller_and_trains(smoke_tree):
+    pytest.importorskip("bitsandbytes")
+    tree = _spec(smoke_tree, env__max_turns=1, algorithm__group_size=2, algorithm__kl_coef=0.0).model_dump()
+    tree["models"]["tiny"]["quantization"] = "nf4"
+    _, _, losses, _ = _step(tree)
+    team = Team(parse_spec(tree))
+    full = Team(parse_spec({**tree, "models": {"tiny": {"source": "tiny-llama"}}}))
+    assert team.memory_mb()["model_memory_mb/tiny"] < full.memory_mb()["model_memory_mb/tiny"]
+    assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
+
+
+# --- bad input, caught before weights load -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"distill": [{"source": "caller", "targets": ["ghost"]}]}, "no agent 'ghost'"),
+        ({"distill": [{"source": "caller", "targets": ["caller"]}]}, "cannot distil into itself"),
+        ({"models": {"tiny": {"source": "gemma3-270m"}}}, "no chat template"),
+        ({"models": {"tiny": {"source": "tiny-llama", "prompt_template": "Q: {question}"}}}, "{conversation}"),
+    ],
+)
+def test_bad_team_options_are_caught_by_the_spec(smoke_tree, changes, message):
+    with pytest.raises(UserError) as err:
+        parse_spec({**smoke_tree, **changes})
+    assert message in str(err.value)
+
+
+def test_adaptive_with_one_agent_is_refused(smoke_tree):
+    tree = copy.deepcopy(smoke_tree)
+    tree["env"]["layout"] = "single"
+    tree["agents"] = {"solo": {"model": "tiny", "roles": ["solver"]}}
+    tree["assignment"] = {"mode": "adaptive"}
+    with pytest.raises(UserError, match="at least two agents"):
+        parse_spec(tree)
+
+
+def test_nf4_without_bitsandbytes_is_refused(smoke_tree, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    tree = copy.deepcopy(smoke_tree)
+    tree["models"]["tiny"]["quantization"] = "nf4"
+    with pytest.raises(UserError, match="needs bitsandbytes"):
+        parse_spec(tree)
+
+
+def test_a_model_without_chat_template_and_prompt_template_fails_at_load(tmp_path):
+    from pettingllms_cli.models.loader import load_model
+    from pettingllms_cli.models.tiny import tiny_model
+    from pettingllms_cli.spec import ModelSpec
+
+    model, tokenizer = tiny_model("tiny-llama")
+    tokenizer.chat_template = None
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(UserError, match="no chat template"):
+        load_model(ModelSpec(source=str(tmp_path)))
+    _, tok = load_model(ModelSpec(source=str(tmp_path), prompt_template="{conversation}\nassistant: "))
+    assert tok.chat_template is None

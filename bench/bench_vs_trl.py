@@ -235,7 +235,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="4 timed steps per side (under 5 minutes on 2 CPU cores)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps per side (default 12, or 4 with --quick)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per side before timing")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's); 1 is faster on a busy machine")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     steps = args.steps or (4 if args.quick else 12)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -28,8 +28,8 @@ from pettingllms_cli.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "smoke.yaml"
-# Smaller than smoke.yaml's defaults so four steps take seconds; still two agents that both update.
-FAST = ["algorithm.group_size=2", "train.problems_per_step=1", "env.eval_problems=1", "train.max_new_tokens=4", "env.max_turns=1"]
+# Smaller than smoke.yaml's defaults so four steps take seconds; groups of 4 so both agents see reward spread and update.
+FAST = ["algorithm.group_size=4", "train.problems_per_step=1", "env.eval_problems=1", "train.max_new_tokens=6", "env.max_turns=1"]
 STEPS = 4
 
 

@@ -1,0 +1,38 @@
+"""The bench scripts run in `--quick` mode and print their figures (the figures are not asserted)."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURE_RE = re.compile(r"^(\w+)=(\S+)$")
+
+
+def run_bench(script: str) -> dict[str, float]:
+    """Run bench/<script> --quick; return its `key=<float>` lines, and require the last line to be one."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), "--quick"], cwd=ROOT, capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    lines = done.stdout.strip().splitlines()
+    assert lines and FIGURE_RE.match(lines[-1]), f"{script}: last line is not key=<float>:\n{done.stdout[-2000:]}"
+    return {m[1]: float(m[2]) for m in map(FIGURE_RE.match, lines) if m}
+
+
+@pytest.mark.slow
+def test_bench_vs_trl_prints_speedup():
+    figures = run_bench("bench_vs_trl.py")
+    assert math.isfinite(figures["speedup_vs_trl"])
+    assert "pettingllms_tokens_per_second" in figures and "trl_tokens_per_second" in figures
+
+
+@pytest.mark.slow
+def test_bench_memory_prints_ratio():
+    figures = run_bench("bench_memory.py")
+    assert math.isfinite(figures["agents6_over_agents1"])

@@ -58,14 +58,23 @@ def reset_peak() -> bool:
         return False
 
 
+def default_threads(torch_default: int) -> int:
+    """1 when other processes keep the cores busy: OpenMP threads then wait on each other (seen here: 6x slower)."""
+    return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch_default
+
+
 def measure(layout: str, agents: int, quantization: str, k: int) -> dict:
     import torch
     from peft import get_peft_model
 
+    torch.set_num_threads(default_threads(torch.get_num_threads()))
+
+    from pettingllms_cli.memory import return_large_frees_to_os
     from pettingllms_cli.models.loader import load_model
     from pettingllms_cli.policy import group_logprobs, lora_config
     from pettingllms_cli.spec import LoraSpec, ModelSpec
 
+    return_large_frees_to_os()  # as the CLI does at start
     imports = proc_status_mb("VmRSS")
     names = [f"agent{i}" for i in range(agents)]
     spec = ModelSpec(source=MODEL, dtype="float32", quantization=quantization)
@@ -79,6 +88,9 @@ def measure(layout: str, agents: int, quantization: str, k: int) -> dict:
         owners = dict.fromkeys(names, model)
     else:
         owners = {name: get_peft_model(load_model(spec)[0], lora, adapter_name=name) for name in names}
+    with torch.no_grad():
+        for model in {id(m): m for m in owners.values()}.values():
+            model(input_ids=torch.zeros(1, 1, dtype=torch.long))  # fault in the mmapped weights: they count once touched
     load_seconds = time.perf_counter() - began
     loaded, load_peak = proc_status_mb("VmRSS"), proc_status_mb("VmHWM")
     can_reset = reset_peak()
@@ -111,7 +123,10 @@ def measure(layout: str, agents: int, quantization: str, k: int) -> dict:
         "load_peak_mb": load_peak,
         "train_peak_mb": proc_status_mb("VmHWM") if can_reset else float("nan"),
         "resident_mb": proc_status_mb("VmRSS"),
+        "anon_mb": proc_status_mb("RssAnon"),
+        "file_mb": proc_status_mb("RssFile"),
         "peak_mb": max(load_peak, proc_status_mb("VmHWM")),
+        "threads": torch.get_num_threads(),
         "load_seconds": load_seconds,
         "train_seconds": train_seconds,
     }
@@ -135,8 +150,8 @@ def row(r: dict) -> str:
         return f"{name}  FAILED: {r['error']}"
     return (
         f"{name}  peak {r['peak_mb']:7.0f} MB  load peak {r['load_peak_mb']:7.0f}  train peak {r['train_peak_mb']:7.0f}  "
-        f"resident {r['resident_mb']:7.0f}  models {r['models_mb']:6.0f}  (imports {r['imports_mb']:.0f}; "
-        f"load {r['load_seconds']:.1f}s, steps {r['train_seconds']:.1f}s)"
+        f"resident {r['resident_mb']:7.0f} (anon {r['anon_mb']:.0f}, file {r['file_mb']:.0f})  models {r['models_mb']:6.0f}  "
+        f"(imports {r['imports_mb']:.0f}; load {r['load_seconds']:.1f}s, steps {r['train_seconds']:.1f}s, {r['threads']} threads)"
     )
 
 
@@ -153,7 +168,7 @@ def main() -> None:
         print(json.dumps(measure(layout, int(agents), quantization, k)))
         return
 
-    print(f"model {MODEL}, LoRA r={LORA_R} all-linear, one step per agent on K={k} x {COMPLETION_TOKENS} tokens after a {PROMPT_TOKENS}-token prompt")
+    print(f"model {MODEL}, LoRA r={LORA_R} all-linear; step per agent: K={k} x {COMPLETION_TOKENS} after {PROMPT_TOKENS} tokens")
     results = {}
     for config in CONFIGS:
         results[config] = run_child(*config, k)

@@ -47,7 +47,8 @@ def make_prompts(n: int) -> list[tuple[list[dict], float]]:
     """n chat prompts (system, worked examples, question) and their answers; the same for both sides."""
     shots = []
     for question, expression in SHOTS.values():
-        shots += [{"role": "user", "content": question}, {"role": "assistant", "content": f"{expression} = {format_number(calculate(expression))}"}]
+        solved = f"{expression} = {format_number(calculate(expression))}"
+        shots += [{"role": "user", "content": question}, {"role": "assistant", "content": solved}]
     problems = generate_problems(SEED, n, "bench")
     return [
         ([{"role": "system", "content": CALLER_SYSTEM}, *shots, {"role": "user", "content": p.question}], float(p.answer))
@@ -220,7 +221,7 @@ def bench_trl(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt
 
     trainer._generate_single_turn = timed_generate
     trainer.train()
-    durations = [b - a for a, b in zip(step_ends, step_ends[1:])]
+    durations = [b - a for a, b in zip(step_ends, step_ends[1:], strict=False)]
     timing = Timing("TRL", tokens=tokens_per_step[warmup:], seconds=durations[warmup:])
     timing.parts["generate"] = sum(generate_seconds[warmup:])
     timing.parts["rest"] = sum(timing.seconds) - timing.parts["generate"]
@@ -229,17 +230,22 @@ def bench_trl(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt
     return timing
 
 
+def default_threads() -> int:
+    """1 when other processes keep the cores busy: OpenMP threads then wait on each other (seen here: 6x slower)."""
+    cores = os.cpu_count() or 1
+    return 1 if os.getloadavg()[0] >= cores else torch.get_num_threads()
+
+
 # --- main ---------------------------------------------------------------------------------------
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="4 timed steps per side (under 5 minutes on 2 CPU cores)")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per side (default 12, or 4 with --quick)")
+    parser.add_argument("--quick", action="store_true", help="2 timed steps per side (under 5 minutes on 2 CPU cores)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per side (default 12, or 2 with --quick)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per side before timing")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's); 1 is faster on a busy machine")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    steps = args.steps or (4 if args.quick else 12)
+    torch.set_num_threads(args.threads or default_threads())
+    steps = args.steps or (2 if args.quick else 12)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -251,7 +257,8 @@ def main() -> None:
     first = first if not isinstance(first[0], list) else first[0]
     print(
         f"model {MODEL} fp32, LoRA r={LORA_R} all-linear, K={K}, max_new_tokens={MAX_NEW_TOKENS}, "
-        f"prompt ~{len(first)} tokens, {steps} timed steps after {args.warmup} warm-up, torch threads {torch.get_num_threads()}"
+        f"prompt {len(first)} tokens, {steps} timed steps after {args.warmup} warm-up; torch threads {torch.get_num_threads()} "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
     )
     ours = bench_pettingllms(prompts, args.warmup, first)
     print(ours.line(), flush=True)

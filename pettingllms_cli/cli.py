@@ -17,6 +17,7 @@ from rich.table import Table
 
 from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.memory import return_large_frees_to_os
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train teams of LLM agents with multi-agent RL (AT-GRPO).")
 models_app = typer.Typer(no_args_is_help=True, help="Built-in offline models.")
@@ -259,6 +260,7 @@ def main() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    return_large_frees_to_os()  # N agents' activations, freed in turn, must not pile up
     try:
         distributed.init()  # under torchrun / accelerate launch; a no-op in one process
         console.quiet = not distributed.is_main()  # rank 0 alone prints

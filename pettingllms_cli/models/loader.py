@@ -8,6 +8,7 @@ ships and saved as safetensors, tiny test models are built from a config.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import shutil
@@ -18,6 +19,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.models.tiny import TINY_CONFIGS, tiny_model
 from pettingllms_cli.spec import ModelSpec
 
@@ -148,6 +150,19 @@ def source_problem(source: str) -> str | None:
     return None
 
 
+def _own_unquantized_tensors(model: torch.nn.Module) -> None:
+    """Copy the tensors nf4 left unquantized (embeddings, norms) out of the memory-mapped fp32 file.
+
+    Views into the mapped safetensors file keep the whole fp32 file resident, which would make a
+    4-bit base cost more memory than the fp32 one.
+    """
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if type(tensor).__name__ != "Params4bit":
+            tensor.data = tensor.data.clone()
+    gc.collect()
+    release_freed_memory()
+
+
 def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a base model (frozen) and its tokenizer, in the spec's dtype and quantization."""
     where = resolve(spec.source)
@@ -164,8 +179,10 @@ def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBas
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load model {spec.source!r}: {first} (offline? use a built-in alias or a local folder)") from None
-    if spec.quantization == "nf4" and not any(type(m).__name__ == "Linear4bit" for m in model.modules()):
-        raise UserError(f"model {spec.source!r}: bitsandbytes found no nn.Linear to quantize; use quantization none")
+    if spec.quantization == "nf4":
+        if not any(type(m).__name__ == "Linear4bit" for m in model.modules()):
+            raise UserError(f"model {spec.source!r}: bitsandbytes found no nn.Linear to quantize; use quantization none")
+        _own_unquantized_tensors(model)
     if tokenizer.chat_template is None and spec.prompt_template is None:
         raise UserError(
             f"model {spec.source!r} has no chat template; set its prompt_template, e.g. \"{{conversation}}\\nassistant: \""

@@ -13,8 +13,8 @@ def group_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], scale: b
 
     rewards: [N]; groups: N group keys. Returns [N]. A group of equal rewards gives zeros.
 
-    >>> group_advantages(torch.tensor([1., 0., 3., 3.]), ["a", "a", "b", "b"])
-    tensor([ 0.7071, -0.7071,  0.0000,  0.0000])
+    >>> [round(a, 3) for a in group_advantages(torch.tensor([1., 0., 3., 3.]), ["a", "a", "b", "b"]).tolist()]
+    [0.707, -0.707, 0.0, 0.0]
     """
     members: dict[Hashable, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):

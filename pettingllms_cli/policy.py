@@ -144,11 +144,17 @@ class Team:
         if width > 1:
             positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers left-padded rows
             prefill = model(
-                input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], use_cache=True, logits_to_keep=1
+                input_ids=ids[:, :-1],
+                attention_mask=mask[:, :-1],
+                position_ids=positions[:, :-1],
+                use_cache=True,
+                logits_to_keep=1,
             )
             cache = prefill.cache
             cache.batch_repeat_interleave(k)
-        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if not greedy else {"do_sample": False}
+        sampling = (
+            {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if not greedy else {"do_sample": False}
+        )
         if seeds is not None and not greedy:  # Gumbel-max on per-prompt noise: argmax is an exact sample
             sampling = {"do_sample": False, "logits_processor": LogitsProcessorList([GumbelSampler(seeds, k, temperature)])}
         out = model.generate(

@@ -24,8 +24,13 @@ class Strict(BaseModel):
 
 class EnvSpec(Strict):
     name: str = Field(description="Registered environment name with version, e.g. `math_tool_v0` (see `pettingllms envs list`).")
-    layout: str = Field("multi", description="Which role layout of the env to use: `multi` (named roles) or `single` (one role does everything).")
-    data: str = Field("generated", description="`generated` (problems made from the seed) or a path to a data file the env reads (e.g. GSM8K jsonl).")
+    layout: str = Field(
+        "multi", description="Which role layout of the env to use: `multi` (named roles) or `single` (one role does everything)."
+    )
+    data: str = Field(
+        "generated",
+        description="`generated` (problems made from the seed) or a path to a data file the env reads (e.g. GSM8K jsonl).",
+    )
     max_turns: int = Field(2, ge=1, le=16, description="Rounds per episode; in each round every role acts once, in turn order.")
     eval_problems: int = Field(16, ge=1, description="Held-out problems scored greedily before and after training (report.md).")
     options: dict[str, Any] = Field(default_factory=dict, description="Env-specific options (see the env's docstring).")
@@ -37,7 +42,10 @@ class ModelSpec(Strict):
     quantization: Literal["none", "nf4"] = Field("none", description="`nf4` loads the base in 4 bit with bitsandbytes (QLoRA).")
     prompt_template: str | None = Field(
         None,
-        description="For bases without a chat template: a format string with `{conversation}`; each message is rendered as `role: content`.",
+        description=(
+            "For bases without a chat template: a format string with `{conversation}`; "
+            "each message is rendered as `role: content`."
+        ),
     )
 
 
@@ -85,15 +93,20 @@ class DistillSpec(Strict):
 class AlgorithmSpec(Strict):
     name: Literal["at_grpo"] = Field("at_grpo", description="Training algorithm.")
     rollout: Literal["tree", "parallel"] = Field(
-        "tree", description="`tree`: K branches per (problem, role, turn), continue from the best; `parallel`: K independent episodes."
+        "tree",
+        description="`tree`: K branches per (problem, role, turn), continue from the best; `parallel`: K independent episodes.",
     )
     group_size: int = Field(8, description="K, samples per group (>= 2).")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon.")
-    kl_coef: float = Field(0.0, ge=0, description="Weight of the k3 KL to the frozen base (adapter disabled); 0 skips the reference pass.")
+    kl_coef: float = Field(
+        0.0, ge=0, description="Weight of the k3 KL to the frozen base (adapter disabled); 0 skips the reference pass."
+    )
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate for each adapter.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip per adapter.")
-    scale_rewards: bool = Field(True, description="Divide group-centred rewards by the group std (GRPO); False only centres them.")
+    scale_rewards: bool = Field(
+        True, description="Divide group-centred rewards by the group std (GRPO); False only centres them."
+    )
     filter_zero_std: bool = Field(False, description="Drop groups whose rewards are all equal before the update.")
 
     @field_validator("group_size")
@@ -152,18 +165,26 @@ class Experiment(Strict):
         owner: dict[str, str] = {}
         for agent, a in self.agents.items():
             if a.model not in self.models:
-                raise ValueError(f"agents.{agent}.model: unknown model {a.model!r}; define it under `models` ({', '.join(self.models)})")
+                raise ValueError(
+                    f"agents.{agent}.model: unknown model {a.model!r}; define it under `models` ({', '.join(self.models)})"
+                )
             for role in a.roles:
                 if role not in env_roles:
                     raise ValueError(
-                        f"agents.{agent}.roles: {self.env.name} ({self.env.layout}) has no role {role!r}; its roles are {list(env_roles)}"
+                        f"agents.{agent}.roles: {self.env.name} ({self.env.layout}) has no role {role!r}; "
+                        f"its roles are {list(env_roles)}"
                     )
                 if role in owner:
-                    raise ValueError(f"agents.{agent}.roles: role {role!r} is already played by agent {owner[role]!r}; give each role one agent")
+                    raise ValueError(
+                        f"agents.{agent}.roles: role {role!r} is already played by agent {owner[role]!r}; "
+                        "give each role one agent"
+                    )
                 owner[role] = agent
         missing = [r for r in env_roles if r not in owner]
         if missing:
-            raise ValueError(f"agents: no agent plays role(s) {missing} of {self.env.name} ({self.env.layout}); add them to an agent's roles")
+            raise ValueError(
+                f"agents: no agent plays role(s) {missing} of {self.env.name} ({self.env.layout}); add them to an agent's roles"
+            )
         self._check_team_options()
         for name, model in self.models.items():
             problem = model_problem(model)
@@ -210,7 +231,7 @@ def model_problem(model: ModelSpec) -> str | None:
     if builtin is not None and not builtin.chat_template and model.prompt_template is None:
         return (
             f"{model.source} has no chat template; set prompt_template, e.g. "
-            "\"{conversation}\\nassistant: \" (a format string with {conversation})"
+            '"{conversation}\\nassistant: " (a format string with {conversation})'
         )
     if model.prompt_template is not None and "{conversation}" not in model.prompt_template:
         return "prompt_template must contain {conversation}"
@@ -218,13 +239,25 @@ def model_problem(model: ModelSpec) -> str | None:
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    """Set `a.b.0.c` in a tree of mappings and lists (a number indexes an existing list item)."""
     keys = dotted.split(".")
-    node = tree
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-        if not isinstance(node, dict):
-            raise UserError(f"--set {dotted}: {key!r} is not a mapping")
-    node[keys[-1]] = value
+    node: Any = tree
+    for depth, key in enumerate(keys):
+        last = depth == len(keys) - 1
+        if isinstance(node, list):
+            if not key.isdigit() or int(key) >= len(node):
+                raise UserError(f"--set {dotted}: {key!r} is not an index of the list (0..{len(node) - 1})")
+            if last:
+                node[int(key)] = value
+            else:
+                node = node[int(key)]
+        elif isinstance(node, dict):
+            if last:
+                node[key] = value
+            else:
+                node = node.setdefault(key, {})
+        else:
+            raise UserError(f"--set {dotted}: {key!r} is inside a value that is neither a mapping nor a list")
 
 
 def apply_overrides(tree: dict, overrides: list[str]) -> dict:

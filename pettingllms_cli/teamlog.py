@@ -20,7 +20,7 @@ def team_metrics(team: Team, rollout: Rollout, distilled: dict[str, float]) -> d
         metrics[f"reward_env_local/{agent}"] = sum(own) / len(own) if own else 0.0
     metrics["roles"] = [
         {"problem": env.problem.id, "roles": dict(assignment), "success": bool(env.success)}
-        for assignment, env in zip(rollout.assignment, rollout.episodes, strict=False)  # empty when gathered over ranks
+        for assignment, env in zip(rollout.assignment, rollout.episodes, strict=True)
     ]
     metrics.update(team.roles.metrics())
     metrics.update(team.memory_mb())

@@ -103,13 +103,15 @@ def train(
                     break
                 began = time.perf_counter()
                 torch.manual_seed(step_seed(spec.seed, step))  # sampling depends on (seed, step) only
-                problems = distributed.shard(problems_for_step(train_problems, spec, step))  # this rank's problems
-                rollout = collect(team, spec, problems, team.roles.assign(step, len(problems)))  # rollout + reward
+                problems = problems_for_step(train_problems, spec, step)
+                roles = team.roles.assign(step, len(problems))  # role -> agent of each episode, alike on every rank
+                rollout = collect(team, spec, distributed.shard(problems), distributed.shard(roles))  # this rank's share
                 dropped = assign_advantages(spec, rollout.samples)  # advantage per group
                 stats = update(team, [s for s in rollout.samples if s.group not in dropped])  # loss + optimizer step
-                distilled = distill(team, rollout.samples, step)  # cross-agent distillation, every N steps
+                whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
+                team.roles.record(whole.assignment, [float(env.success) for env in whole.episodes])  # adaptive roles learn
+                distilled = distill(team, whole.samples, step)  # cross-agent distillation, every N steps
                 state = advance(state, stats)
-                whole = gather_rollout(rollout)  # every rank's share: metrics cover the whole step
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
                 metrics |= team_metrics(team, whole, distilled)  # reward parts, roles per episode, memory, distillation
                 if distributed.is_main():
@@ -224,7 +226,6 @@ def collect(team: Team, spec: Experiment, problems: list[Problem], assignment: l
     else:
         rollout = parallel_rollout(team, spec, envs, spec.algorithm.group_size, assignment=assignment)
     rollout.seconds = time.perf_counter() - started
-    team.roles.record(rollout.assignment, [float(env.success) for env in rollout.episodes])  # adaptive assignment learns
     return rollout
 
 

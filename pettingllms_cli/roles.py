@@ -53,6 +53,25 @@ class RoleAssigner:
 
         return max(self.agents, key=lambda a: (score(a), -self.agents.index(a)))
 
+    def best(self) -> Assignment:
+        """The assignment evaluation uses: each role to the agent with the best recent success on it, no exploration.
+
+        Ties (and roles nobody has played yet) go to the role's static owner, so `static` runs and
+        untrained teams evaluate with the agents' own roles.
+        """
+        owner = self.spec.role_owner()
+        if self.spec.assignment.mode == "static":
+            return owner
+
+        def recent(agent: str, role: str) -> float:
+            history = self.history.get(f"{agent}/{role}", [])
+            return sum(history) / len(history) if history else -1.0
+
+        def rank(agent: str, role: str) -> tuple:
+            return recent(agent, role), agent == owner[role], -self.agents.index(agent)
+
+        return {role: max(self.agents, key=lambda a, role=role: rank(a, role)) for role in self.roles}
+
     def record(self, assignments: list[Assignment], successes: list[float]) -> None:
         """Feed each episode's team success back to the (agent, role) pairs that played it."""
         window = self.spec.assignment.window

@@ -6,6 +6,12 @@ from the best branch. Roles act in turn order, so role i+1 sees role i's chosen 
 Each episode has its own role -> agent assignment (roles.py); the default is the static one.
 `parallel`: K independent episodes per problem; an agent's samples are scored by their
 episode's final reward and grouped by (problem, agent).
+
+With `coordination.protocol: intent`, each turn opens with an intent round (coordination.py):
+every role declares, in turn order, one sample per episode, before any role acts. Under
+`parallel` those declarations are part of the agent's episode and trained with its reward
+(`Rollout.intents`); under `tree` they condition the turn's groups but are not trained (one
+intent per episode and turn gives a group of one, with no signal).
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pettingllms_cli import coordination
 from pettingllms_cli.credit import combine, local_term, noop_team_reward
-from pettingllms_cli.envs.base import Message, TurnEnv
+from pettingllms_cli.envs.base import Message, StepResult, TurnEnv
 from pettingllms_cli.policy import Team
 from pettingllms_cli.roles import Assignment
 from pettingllms_cli.sampling import base_seed, row_seed
@@ -47,6 +54,10 @@ class Rollout:
     tokens: int = 0  # completion tokens generated
     seconds: float = 0.0  # wall time of sampling and stepping
     assignment: list[Assignment] = field(default_factory=list)  # role -> agent of each episode
+    intents: list[Sample] = field(default_factory=list)  # trainable intent declarations (`parallel` + intent protocol)
+
+
+Candidates = list[tuple[str, torch.Tensor]]  # (text, ids) of each sampled continuation
 
 
 def _prefill(messages: list[dict]) -> str:
@@ -56,35 +67,71 @@ def _prefill(messages: list[dict]) -> str:
 def _act(
     team: Team,
     spec: Experiment,
-    role: str,
-    envs: list[TurnEnv],
+    observations: list[list[Message]],
     agents: list[str],
     k: int,
     greedy: bool,
     rollout: Rollout,
     seeds: list[int] | None = None,
-):
-    """Sample k actions for `role` in every env, one batched generate per agent; (env, agent, prompt, obs, [(text, ids)]) per env.
+    max_new_tokens: int | None = None,
+) -> list[tuple[list[int], Candidates]]:
+    """Sample k continuations of each observation by its agent, one batched generate per agent; (prompt, candidates) each.
 
-    Env i's draws come from seeds[i] alone (sampling.py), whatever else shares the batch or the rank.
+    Observation i's draws come from seeds[i] alone (sampling.py), whatever else shares the batch or the rank.
     """
-    observations = [env.observe(role) for env in envs]
-    acted: list = [None] * len(envs)
+    acted: list = [None] * len(observations)
     t = spec.train
     for agent in sorted(set(agents)):
         idx = [i for i, a in enumerate(agents) if a == agent]
         prompts = [team.encode(agent, observations[i]) for i in idx]
         mine = [seeds[i] for i in idx] if seeds is not None else None
-        completions = team.sample(agent, prompts, k, t.max_new_tokens, t.temperature, greedy=greedy, seeds=mine)
+        completions = team.sample(agent, prompts, k, max_new_tokens or t.max_new_tokens, t.temperature, greedy=greedy, seeds=mine)
         for i, prompt, cands in zip(idx, prompts, completions, strict=True):
             rollout.tokens += sum(len(c) for c in cands)
             texts = [_prefill(observations[i]) + team.decode(agent, c) for c in cands]
-            acted[i] = (envs[i], agent, prompt, observations[i], list(zip(texts, cands, strict=True)))
+            acted[i] = (prompt, list(zip(texts, cands, strict=True)))
     return acted
 
 
-def _reward(spec: Experiment, team_reward: float, local_reward: float) -> float:
-    return combine(spec, team_reward, local_reward)
+def _declare_intents(
+    team: Team,
+    spec: Experiment,
+    envs: list[TurnEnv],
+    agents_of: list[Assignment],
+    seed_keys: list[tuple],
+    turn: int,
+    greedy: bool,
+    rollout: Rollout,
+) -> list[list[Sample]]:
+    """The intent round of a turn: each role, in turn order, declares in every unfinished env. Returns each env's declarations.
+
+    Env i's intent draws are seeded by (seed_keys[i], role, turn), like its actions (sampling.py).
+    """
+    declared: list[list[Sample]] = [[] for _ in envs]
+    if spec.coordination.protocol != "intent":
+        return declared
+    active = [i for i, env in enumerate(envs) if not env.done]
+    for role in envs[0].possible_agents if envs else ():
+        observations = [coordination.intent_prompt(envs[i].observe(role), envs[i].intents) for i in active]
+        agents = [agents_of[i][role] for i in active]
+        seeds = [row_seed(*seed_keys[i], role, turn, "intent") for i in active]
+        acted = _act(team, spec, observations, agents, 1, greedy, rollout, seeds, spec.coordination.intent_tokens)
+        for i, obs, agent, (prompt, [(text, ids)]) in zip(active, observations, agents, acted, strict=True):
+            env = envs[i]
+            env.declare(role, coordination.extract(text))
+            declared[i].append(_sample(agent, role, env.turn, (env.problem.id, agent), prompt, ids, text, obs))
+    return declared
+
+
+def _local(spec: Experiment, res: StepResult, noop: float | None) -> float:
+    """The action's credited local term, plus the agreement bonus when it did what its intent said."""
+    return local_term(res, noop) + spec.coordination.agreement_bonus * float(res.info.get("intent_agrees", False))
+
+
+def _sample(agent, role, turn, group, prompt, ids, text, obs, res: StepResult | None = None, local=0.0, reward=0.0) -> Sample:
+    """One action of `role` at `turn` (an intent when there is no StepResult); group[0] is the problem id."""
+    team_reward, env_local = (res.team_reward, res.local_reward) if res is not None else (0.0, 0.0)
+    return Sample(agent, role, turn, group[0], group, prompt, ids, text, reward, team_reward, local, 0.0, env_local, obs)
 
 
 def tree_rollout(
@@ -95,39 +142,27 @@ def tree_rollout(
     envs = list(envs)
     base = base_seed()  # alike on every rank; each problem's draws are keyed by its id, not its batch slot
     for turn in range(spec.env.max_turns):
+        keys = [(base, env.problem.id) for env in envs]
+        _declare_intents(team, spec, envs, rollout.assignment, keys, turn, greedy, rollout)
         for role in envs[0].possible_agents:
             active = [i for i, env in enumerate(envs) if not env.done]
             if not active:
                 break
+            observations = [envs[i].view(role) for i in active]
             agents = [rollout.assignment[i][role] for i in active]
             seeds = [row_seed(base, envs[i].problem.id, role, turn) for i in active]
-            acted = _act(team, spec, role, [envs[i] for i in active], agents, k, greedy, rollout, seeds)
-            for i, (env, agent, prompt, obs, candidates) in zip(active, acted, strict=True):
+            acted = _act(team, spec, observations, agents, k, greedy, rollout, seeds)
+            for i, obs, agent, (prompt, candidates) in zip(active, observations, agents, acted, strict=True):
+                env = envs[i]
                 noop = noop_team_reward(spec, env, role)
                 branches, rewards = [], []
                 for text, ids in candidates:
                     branch = env.copy()
                     res = branch.step(role, text)
-                    local = local_term(res, noop)
-                    reward = _reward(spec, res.team_reward, local)
+                    local = _local(spec, res, noop)
+                    reward = combine(spec, res.team_reward, local)
                     group = (env.problem.id, role, turn)
-                    rollout.samples.append(
-                        Sample(
-                            agent,
-                            role,
-                            turn,
-                            env.problem.id,
-                            group,
-                            prompt,
-                            ids,
-                            text,
-                            reward,
-                            res.team_reward,
-                            local,
-                            env_local_reward=res.local_reward,
-                            messages=obs,
-                        )
-                    )
+                    rollout.samples.append(_sample(agent, role, turn, group, prompt, ids, text, obs, res, local, reward))
                     branches.append(branch)
                     rewards.append(reward)
                 envs[i] = branches[max(range(len(rewards)), key=rewards.__getitem__)]
@@ -138,47 +173,39 @@ def tree_rollout(
 def parallel_rollout(
     team: Team, spec: Experiment, envs: list[TurnEnv], k: int, assignment: list[Assignment] | None = None
 ) -> Rollout:
-    """K independent episodes per env; each agent's samples get their episode's final reward."""
+    """K independent episodes per env; each agent's samples (and intents) get their episode's final reward."""
     per_problem = assignment or [spec.role_owner() for _ in envs]
     rollout = Rollout(assignment=[a for a in per_problem for _ in range(k)])
     episodes = [env.copy() for env in envs for _ in range(k)]
     base = base_seed()
     per_episode: list[list[Sample]] = [[] for _ in episodes]
+    intents: list[list[Sample]] = [[] for _ in episodes]
     for turn in range(spec.env.max_turns):
+        keys = [(base, env.problem.id, i % k) for i, env in enumerate(episodes)]  # i % k: episode of its problem
+        declared = _declare_intents(team, spec, episodes, rollout.assignment, keys, turn, False, rollout)
+        for i, own in enumerate(declared):
+            intents[i] += own
         for role in episodes[0].possible_agents:
             active = [i for i, env in enumerate(episodes) if not env.done]
             if not active:
                 break
+            observations = [episodes[i].view(role) for i in active]
             agents = [rollout.assignment[i][role] for i in active]
             seeds = [row_seed(base, episodes[i].problem.id, role, turn, i % k) for i in active]  # i % k: episode of its problem
-            acted = _act(team, spec, role, [episodes[i] for i in active], agents, 1, False, rollout, seeds)
-            for i, (env, agent, prompt, obs, [(text, ids)]) in zip(active, acted, strict=True):
+            acted = _act(team, spec, observations, agents, 1, False, rollout, seeds)
+            for i, obs, agent, (prompt, [(text, ids)]) in zip(active, observations, agents, acted, strict=True):
+                env = episodes[i]
                 noop = noop_team_reward(spec, env, role)
                 res = env.step(role, text)
                 group = (env.problem.id, agent)
-                per_episode[i].append(
-                    Sample(
-                        agent,
-                        role,
-                        turn,
-                        env.problem.id,
-                        group,
-                        prompt,
-                        ids,
-                        text,
-                        0.0,
-                        res.team_reward,
-                        local_term(res, noop),
-                        env_local_reward=res.local_reward,
-                        messages=obs,
-                    )
-                )
-    for env, samples in zip(episodes, per_episode, strict=True):
+                per_episode[i].append(_sample(agent, role, turn, group, prompt, ids, text, obs, res, _local(spec, res, noop)))
+    for env, samples, declared in zip(episodes, per_episode, intents, strict=True):
         for agent in {s.agent for s in samples}:
             own = [s for s in samples if s.agent == agent]
             local = sum(s.local_reward for s in own) / len(own)
-            for s in own:
-                s.reward = _reward(spec, float(env.success), local)
+            for s in own + [d for d in declared if d.agent == agent]:
+                s.reward = combine(spec, float(env.success), local)
         rollout.samples += samples
+        rollout.intents += declared
     rollout.episodes = episodes
     return rollout

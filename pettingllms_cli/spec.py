@@ -90,6 +90,18 @@ class DistillSpec(Strict):
     weight: float = Field(0.1, gt=0, description="Weight of the distillation NLL (token mean) in the target's extra step.")
 
 
+class CoordinationSpec(Strict):
+    protocol: Literal["none", "intent"] = Field(
+        "none",
+        description="`intent`: each turn opens with an intent round; every role, in turn order, states what it will do as "
+        "<intent>...</intent>, and all roles see the turn's intents when they act. The env logs `intent_agreement`.",
+    )
+    intent_tokens: int = Field(24, ge=1, le=256, description="Most tokens an intent may take.")
+    agreement_bonus: float = Field(
+        0.0, ge=0, description="Reward added to an action that agrees with its role's intent (0: agreement is only logged)."
+    )
+
+
 class AlgorithmSpec(Strict):
     name: Literal["at_grpo"] = Field("at_grpo", description="Training algorithm.")
     rollout: Literal["tree", "parallel"] = Field(
@@ -145,6 +157,9 @@ class Experiment(Strict):
     assignment: AssignmentSpec = Field(default_factory=AssignmentSpec, description="Role assignment per episode.")
     distill: list[DistillSpec] = Field(default_factory=list, description="Cross-agent distillation (none by default).")
     reward: RewardSpec = Field(default_factory=RewardSpec, description="How team and local rewards combine.")
+    coordination: CoordinationSpec = Field(
+        default_factory=CoordinationSpec, description="Optional intent round before each turn's actions."
+    )
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="AT-GRPO settings.")
     train: TrainSpec = Field(default_factory=TrainSpec, description="Training budget.")
     output_dir: str | None = Field(None, description="Run directory; default `runs/<name>`.")
@@ -193,6 +208,14 @@ class Experiment(Strict):
         return self
 
     def _check_team_options(self) -> None:
+        from pettingllms_cli.envs import ENVS
+
+        roles = ENVS[self.env.name].layouts[self.env.layout]
+        if self.coordination.protocol == "intent" and len(roles) < 2:
+            raise ValueError(
+                f"coordination.protocol: `intent` broadcasts to the other roles, and {self.env.name} ({self.env.layout}) has "
+                f"one role; use a multi-role layout or protocol: none"
+            )
         if self.assignment.mode != "static" and len(self.agents) < 2:
             raise ValueError(f"assignment.mode: {self.assignment.mode!r} needs at least two agents; use `static` with one agent")
         for i, d in enumerate(self.distill):

@@ -106,8 +106,9 @@ def train(
                 problems = problems_for_step(train_problems, spec, step)
                 roles = team.roles.assign(step, len(problems))  # role -> agent of each episode, alike on every rank
                 rollout = collect(team, spec, distributed.shard(problems), distributed.shard(roles))  # this rank's share
-                dropped = assign_advantages(spec, rollout.samples)  # advantage per group
-                stats = update(team, [s for s in rollout.samples if s.group not in dropped])  # loss + optimizer step
+                trainable = rollout.samples + rollout.intents  # actions, and intents under `parallel` + intent protocol
+                dropped = assign_advantages(spec, trainable)  # advantage per group
+                stats = update(team, [s for s in trainable if s.group not in dropped])  # loss + optimizer step
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 team.roles.record(whole.assignment, [float(env.success) for env in whole.episodes])  # adaptive roles learn
                 distilled = distill(team, whole.samples, step)  # cross-agent distillation, every N steps

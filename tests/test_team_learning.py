@@ -80,15 +80,17 @@ def test_credit_none_keeps_the_env_local_reward(smoke_tree):
 
 
 def test_every_env_accepts_the_noop_action():
+    """Every role of every env and layout scores the empty action as valid but useless (team reward 0)."""
     from pettingllms_cli.envs import ENVS
 
     for name, env_cls in sorted(ENVS.items()):
-        problem = env_cls.load_problems("generated", "test", 0, 1, {})[0] if name != "code_v0" else None
-        if problem is None:
-            continue
-        env = env_cls(problem, next(iter(env_cls.layouts)), 1, {})
-        res = env.copy().step(env.current_role, "")
-        assert res.team_reward == 0.0, name
+        problem = env_cls.load_problems("generated", "test", 0, 1, {})[0]
+        for layout in env_cls.layouts:
+            env = env_cls(problem, layout, 1, {})
+            for role in env.possible_agents:  # later roles see the earlier roles' correct actions
+                res = env.copy().step(role, "")
+                assert res.team_reward == 0.0, (name, layout, role)
+                env.step(role, env.reference_action(role))
 
 
 # --- (b) role assignment -----------------------------------------------------------------------

@@ -2,7 +2,9 @@
 
 `TurnEnv` holds what every env shares: the turn order, rounds, termination, the transcript,
 `copy()` for tree sampling and `state()` for logs. A concrete env implements `observe`,
-`_act` (score one action) and `load_problems`.
+`_act` (score one action) and `load_problems`. The optional intent round (coordination.py)
+lives here too: `declare` an intent, `view` an observation with the turn's intents, and each
+action is checked against its role's intent (`intent_agreement`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pettingllms_cli import coordination
 from pettingllms_cli.errors import UserError
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
@@ -74,6 +77,8 @@ class TurnEnv:
         self.terminated = False
         self.truncated = False
         self.transcript: list[dict] = []
+        self.intents: dict[str, str] = {}  # role -> intent declared this turn (coordination round)
+        self.intent_checks: list[bool] = []  # per action taken after an intent: did it agree?
         self._reset_task()
         return {role: self.observe(role) for role in self.possible_agents}
 
@@ -84,7 +89,12 @@ class TurnEnv:
         expected = self.current_role
         if role != expected:
             raise ValueError(f"{self.name}: it is {expected!r}'s turn, not {role!r}")
-        out = self._act(role, text if isinstance(text, str) else "")
+        text = text if isinstance(text, str) else ""
+        out = self._act(role, text)
+        if role in self.intents:
+            agreed = bool(self.intent_agrees(role, self.intents[role], text))
+            out.info = {**out.info, "intent": self.intents[role], "intent_agrees": agreed}
+            self.intent_checks.append(agreed)
         self.transcript.append({"turn": self.turn, "role": role, "text": text, **out.info})
         if out.solved and not self.success:
             self.success = True
@@ -93,9 +103,28 @@ class TurnEnv:
         if self.next_role == len(self.possible_agents):
             self.next_role = 0
             self.turn += 1
+            self.intents = {}  # a new turn opens with a new intent round
         self.terminated = self.success
         self.truncated = not self.success and self.turn >= self.max_turns
         return StepResult(out.local_reward, out.team_reward, self.terminated, self.truncated, out.info)
+
+    # --- coordination (optional intent round) ---------------------------------------------------
+    def declare(self, role: str, intent: str) -> None:
+        """Broadcast `role`'s intent for this turn; every `view` shows it until the turn ends."""
+        self.intents[role] = intent
+
+    def view(self, role: str) -> list[Message]:
+        """`observe(role)` with the intents declared this turn (the same as observe when there are none)."""
+        return coordination.view(self.observe(role), self.intents)
+
+    def intent_agrees(self, role: str, intent: str, action: str) -> bool:
+        """Does `action` do what `intent` said? Textual by default (coordination.agrees); envs may override."""
+        return coordination.agrees(intent, action)
+
+    @property
+    def intent_agreement(self) -> float | None:
+        """Share of the actions taken after an intent that agreed with it; None when no intent was declared."""
+        return sum(self.intent_checks) / len(self.intent_checks) if self.intent_checks else None
 
     @property
     def done(self) -> bool:
@@ -118,6 +147,7 @@ class TurnEnv:
             "turn": self.turn,
             "next_role": self.current_role,
             "success": self.success,
+            "intent_agreement": self.intent_agreement,
             "transcript": self.transcript,
         }
 

@@ -275,3 +275,16 @@ def test_a_model_without_chat_template_and_prompt_template_fails_at_load(tmp_pat
         load_model(ModelSpec(source=str(tmp_path)))
     _, tok = load_model(ModelSpec(source=str(tmp_path), prompt_template="{conversation}\nassistant: "))
     assert tok.chat_template is None
+
+
+def test_eval_plays_the_best_assignment_found(smoke_tree):
+    """`best()`: static owners until a role has history; then the agent with the best recent success, no exploration."""
+    spec = _spec(smoke_tree, assignment={"mode": "rotate"})
+    roles = RoleAssigner(spec)
+    assert roles.best() == spec.role_owner()  # nothing played yet
+    swapped = {"tool_caller": "verifier", "verifier": "caller"}
+    roles.record([swapped, spec.role_owner()], [1.0, 0.0])
+    assert roles.best() == swapped
+    static = RoleAssigner(_spec(smoke_tree))
+    static.record([swapped], [1.0])
+    assert static.best() == spec.role_owner()  # static runs always evaluate their own roles

@@ -31,12 +31,17 @@ def make_envs(spec: Experiment, problems: list[Problem]) -> list[TurnEnv]:
 
 
 def episode_metrics(episodes: list[TurnEnv]) -> dict[str, float]:
+    """Success, attempts and turns; with the intent protocol, `intent_agreement` over all actions taken after an intent."""
     n = max(len(episodes), 1)
-    return {
+    metrics = {
         "team_success_rate": sum(e.success for e in episodes) / n,
         "mean_attempts_to_success": sum(e.attempts for e in episodes) / n,
         "mean_turns": sum(min(e.turn + (e.next_role > 0), e.max_turns) for e in episodes) / n,
     }
+    checks = [agreed for e in episodes for agreed in e.intent_checks]
+    if checks:
+        metrics["intent_agreement"] = sum(checks) / len(checks)
+    return metrics
 
 
 def agent_rewards(samples: list[Sample]) -> dict[str, float]:
@@ -140,11 +145,12 @@ def evaluate(
     samples: list[Sample] = []
     tokens = 0
     mine = distributed.shard(problems)  # each rank scores its share; gathered back in order below
+    assignment = team.roles.best()  # static roles, or the best the run's role assignment found
     with torch.random.fork_rng():  # eval must not move the training RNG
         for i in range(0, len(mine), batch_size):
             torch.manual_seed(seed)  # per batch: with per-problem draws, a problem's episode ignores its batch
             envs = make_envs(spec, mine[i : i + batch_size])
-            rollout = tree_rollout(team, spec, envs, k=1, greedy=temperature is None)
+            rollout = tree_rollout(team, spec, envs, k=1, greedy=temperature is None, assignment=[assignment] * len(envs))
             episodes += rollout.episodes
             samples += rollout.samples
             tokens += rollout.tokens
@@ -162,6 +168,7 @@ def evaluate(
         "tokens_generated": tokens,
         "seconds": round(time.perf_counter() - start, 3),
         "decoding": "greedy" if temperature is None else f"temperature={temperature}",
+        "assignment": assignment,
         "per_episode": [episode_record(e) for e in episodes],
         "transcripts": pick_transcripts(episodes, n_transcripts),
     }
@@ -249,7 +256,7 @@ def run_eval(
     temperature: float | None = None,
 ) -> dict:
     """Resolve, load and score TARGET; the result adds what was scored to `evaluate`'s dict."""
-    from pettingllms_cli.checkpoint import load_adapters
+    from pettingllms_cli.checkpoint import load_adapters, read_state
 
     resolved = resolve_target(target)
     spec = resolved.spec
@@ -260,6 +267,7 @@ def run_eval(
     team = Team(spec)
     if resolved.checkpoint is not None:
         load_adapters(team, resolved.checkpoint)
+        team.roles.load_state_dict(read_state(resolved.checkpoint).get("roles"))  # who plays which role best
     result = evaluate(team, spec, problems, temperature=temperature, seed=seed)
     step = resolved.checkpoint.name.removeprefix("step_") if resolved.checkpoint else "0"
     return {

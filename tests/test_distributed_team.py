@@ -28,10 +28,12 @@ from tests.test_distributed import free_port
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 # The verifier takes two Adam steps a step (RL, then distillation) at lr 1e-2 for 3 steps. Adam
-# divides by sqrt(v), so coordinates whose gradients are near zero turn the ~1e-7 relative
-# difference of the summation order into ~1e-5 in the weights. A missing all-reduce or a
-# rank-local choice of trajectories moves weights by about lr (1e-2), 100x above ATOL.
-ATOL = 1e-4
+# divides by sqrt(v), so on the few coordinates whose gradients are near zero the ~1e-7 relative
+# difference of the summation order grows to 1e-4..1e-3 (seen: 3.3e-4 on one coordinate), while the
+# weights as a whole agree far closer. So the test bounds the gap as a whole, relative to how far the
+# weights moved: a missing all-reduce or a rank-local choice of trajectories changes the update
+# itself, a gap of the order of the movement (ratio ~1), 100x above REL_GAP.
+REL_GAP = 1e-2
 
 
 def team_spec(smoke_tree: dict) -> dict:
@@ -78,6 +80,7 @@ def test_ranks_agree_and_match_one_process(runs):
     assert len({json.dumps(r["roles"], sort_keys=True) for r in rows(one)}) > 1  # adaptive changed the assignment
     first, second = (load_file(d / "checkpoints/step_3/verifier/adapter_model.safetensors") for d in (one, two))
     start = load_file(one / "checkpoints/step_1/verifier/adapter_model.safetensors")
-    assert max(float((first[k] - start[k]).abs().max()) for k in first) > 100 * ATOL  # the weights did move
-    gaps = {k: float((second[k] - first[k]).abs().max()) for k in first}
-    assert max(gaps.values()) <= ATOL, sorted(gaps.items(), key=lambda kv: -kv[1])[:3]
+    moved = torch.cat([(first[k] - start[k]).flatten() for k in first]).norm()
+    gap = torch.cat([(second[k] - first[k]).flatten() for k in first]).norm()
+    assert moved > 0.1  # the weights did move (lr 1e-2 over thousands of coordinates)
+    assert gap <= REL_GAP * moved, (float(gap), float(moved))

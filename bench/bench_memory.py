@@ -9,9 +9,13 @@ of one ~190-token prompt (`group_logprobs`), backward, AdamW step. It reports, f
 
 - `peak`: the process's peak resident memory (VmHWM = ru_maxrss), loading included;
 - `load peak` / `train peak`: the peak while loading, and after it (the peak is reset between);
-- `resident`: resident memory after the training steps (VmRSS);
+- `resident`: resident memory after the training steps (VmRSS), and its PSS, where a file page
+  mapped by several bases counts once (`separate` copies of one fp32 file share its page cache;
+  PSS also splits pages shared with other processes, so it moves with what else runs);
 - `models`: resident after loading minus resident after the imports (what the weights cost).
 
+Ratios to the 1-agent fp32 run follow; `nf4_over_fp32_resident_over_imports` compares what the base,
+its tokenizer and one adapter's training cost once the imports are set aside (`resident - imports`).
 Last line: `agents6_over_agents1=<peak of 6 per_agent agents over the peak of 1>` (fp32).
 """
 
@@ -49,6 +53,14 @@ def proc_status_mb(key: str) -> float:
     raise KeyError(key)
 
 
+def pss_mb() -> float:
+    """Proportional set size in MiB: a page mapped several times (one file, several bases) counts once."""
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    raise KeyError("Pss")
+
+
 def reset_peak() -> bool:
     """Reset VmHWM to the current RSS (Linux clear_refs 5); False where the kernel refuses."""
     try:
@@ -69,7 +81,7 @@ def measure(layout: str, agents: int, quantization: str, k: int) -> dict:
 
     torch.set_num_threads(default_threads(torch.get_num_threads()))
 
-    from pettingllms_cli.memory import return_large_frees_to_os
+    from pettingllms_cli.memory import release_freed_memory, return_large_frees_to_os
     from pettingllms_cli.models.loader import load_model
     from pettingllms_cli.policy import group_logprobs, lora_config
     from pettingllms_cli.spec import LoraSpec, ModelSpec
@@ -112,6 +124,7 @@ def measure(layout: str, agents: int, quantization: str, k: int) -> dict:
         (-logp.mean()).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        release_freed_memory()  # as update.py does after each adapter
         model._bench_optimizer = optimizer  # keep AdamW state alive, as a Team does
     train_seconds = time.perf_counter() - began
     return {
@@ -125,6 +138,7 @@ def measure(layout: str, agents: int, quantization: str, k: int) -> dict:
         "resident_mb": proc_status_mb("VmRSS"),
         "anon_mb": proc_status_mb("RssAnon"),
         "file_mb": proc_status_mb("RssFile"),
+        "pss_mb": pss_mb(),
         "peak_mb": max(load_peak, proc_status_mb("VmHWM")),
         "threads": torch.get_num_threads(),
         "load_seconds": load_seconds,
@@ -150,7 +164,8 @@ def row(r: dict) -> str:
         return f"{name}  FAILED: {r['error']}"
     return (
         f"{name}  peak {r['peak_mb']:7.0f} MB  load peak {r['load_peak_mb']:7.0f}  train peak {r['train_peak_mb']:7.0f}  "
-        f"resident {r['resident_mb']:7.0f} (anon {r['anon_mb']:.0f}, file {r['file_mb']:.0f})  models {r['models_mb']:6.0f}  "
+        f"resident {r['resident_mb']:7.0f} (anon {r['anon_mb']:.0f}, file {r['file_mb']:.0f}; pss {r['pss_mb']:.0f})  "
+        f"models {r['models_mb']:6.0f}  "
         f"(imports {r['imports_mb']:.0f}; load {r['load_seconds']:.1f}s, steps {r['train_seconds']:.1f}s, {r['threads']} threads)"
     )
 
@@ -169,6 +184,9 @@ def main() -> None:
         return
 
     print(f"model {MODEL}, LoRA r={LORA_R} all-linear; step per agent: K={k} x {COMPLETION_TOKENS} after {PROMPT_TOKENS} tokens")
+    from pettingllms_cli.models.loader import resolve
+
+    resolve(MODEL)  # the one-time GGUF -> safetensors conversion, here, so it is in no configuration's peak
     results = {}
     for config in CONFIGS:
         results[config] = run_child(*config, k)
@@ -177,13 +195,16 @@ def main() -> None:
     if "error" in base:
         raise SystemExit("the 1-agent fp32 configuration failed; no ratios")
 
-    def ratio(config: tuple, key: str) -> str:
+    def ratio(config: tuple, key: str, minus: str | None = None) -> str:
         r = results[config]
-        return f"{r[key] / base[key]:.3f}" if "error" not in r else "nan"
+        if "error" in r:
+            return "nan"
+        return f"{(r[key] - r.get(minus, 0)) / (base[key] - base.get(minus, 0)):.3f}"
 
     print(f"separate6_over_agents1={ratio(('separate', 6, 'none'), 'peak_mb')}")
     print(f"nf4_over_fp32_models={ratio(('per_agent', 1, 'nf4'), 'models_mb')}")
     print(f"nf4_over_fp32_resident={ratio(('per_agent', 1, 'nf4'), 'resident_mb')}")
+    print(f"nf4_over_fp32_resident_over_imports={ratio(('per_agent', 1, 'nf4'), 'resident_mb', minus='imports_mb')}")
     print(f"nf4_over_fp32_peak={ratio(('per_agent', 1, 'nf4'), 'peak_mb')}")
     print(f"agents6_over_agents1={ratio(('per_agent', 6, 'none'), 'peak_mb')}")
 

@@ -62,31 +62,32 @@ def action_logprobs(team: Team, samples: list[Sample]) -> dict[str, float]:
     """Mean per-token log-probability each agent's policy gives the actions it took, `action_logprob/<agent>`.
 
     A continuous fingerprint of the policy: it moves with any adapter change, even when the
-    decoded text (and so success) does not. One left-padded forward per agent, with logits only
-    for the last (completion) positions.
+    decoded text (and so success) does not. One left-padded forward per base, each row through
+    its agent's adapter (PEFT mixed-adapter batch), with logits only for the last (completion) positions.
     """
-    by_agent: dict[str, list[Sample]] = defaultdict(list)
+    by_base: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         if len(s.completion) > 0:
-            by_agent[s.agent].append(s)
-    result = {}
-    for agent, own in sorted(by_agent.items()):
-        model = team.activate(agent)
+            by_base[team.spec.base_of(s.agent)].append(s)
+    means: dict[str, list[float]] = defaultdict(list)
+    for key, own in sorted(by_base.items()):
+        model = team.models[key]
         was_training = model.training
-        model.eval()
+        model.eval()  # PEFT accepts adapter_names only in eval mode
         seqs = [s.prompt + s.completion.tolist() for s in own]
         width, tail = max(map(len, seqs)), max(len(s.completion) for s in own)
-        pad = team.tokenizer_of(agent).pad_token_id
+        pad = team.tokenizers[key].pad_token_id
         ids = torch.tensor([[pad] * (width - len(q)) + q for q in seqs])  # [N, L]
         mask = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in seqs])  # [N, L]
         ids, mask = ids.to(model.device), mask.to(model.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=tail + 1).logits[:, :-1]
+        adapters = [team.spec.adapter_of(s.agent) for s in own]
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=tail + 1, adapter_names=adapters)
         model.train(was_training)
-        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, -tail:, None]).squeeze(-1)  # [N, tail]
-        means = [float(logp[i, tail - len(s.completion) :].mean()) for i, s in enumerate(own)]
-        result[f"action_logprob/{agent}"] = sum(means) / len(means)
-    return result
+        logp = torch.log_softmax(out.logits[:, :-1].float(), dim=-1).gather(-1, ids[:, -tail:, None]).squeeze(-1)  # [N, tail]
+        for i, s in enumerate(own):
+            means[s.agent].append(float(logp[i, tail - len(s.completion) :].mean()))
+    return {f"action_logprob/{agent}": sum(m) / len(m) for agent, m in sorted(means.items())}
 
 
 def tool_call_validity(transcripts: list[list[dict]]) -> dict[str, float]:

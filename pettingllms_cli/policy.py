@@ -113,7 +113,6 @@ class Team:
         return self.tokenizer_of(agent).decode(ids, skip_special_tokens=True)
 
     # --- sampling -----------------------------------------------------------------------------
-    @torch.inference_mode()
     def sample(
         self,
         agent: str,
@@ -124,22 +123,69 @@ class Team:
         greedy: bool = False,
         seeds: list[int] | None = None,
     ) -> list[list[torch.Tensor]]:
-        """K completions for each prompt, in one batched generate. Returns [prompt][k] -> ids [T_i] (on the CPU).
+        """K completions for each prompt by one agent, in one batched generate. Returns [prompt][k] -> ids [T_i] (on the CPU)."""
+        return self.sample_mixed([agent] * len(prompts), prompts, k, max_new_tokens, temperature, greedy, seeds)
+
+    def sample_mixed(
+        self,
+        agents: list[str],
+        prompts: list[list[int]],
+        k: int,
+        max_new_tokens: int,
+        temperature: float,
+        greedy: bool = False,
+        seeds: list[int] | None = None,
+    ) -> list[list[torch.Tensor]]:
+        """K completions for each prompt, prompt i by agents[i]. Returns [prompt][k] -> ids [T_i] (on the CPU).
+
+        Rows whose agents share a base run in one batched generate, each row through its own
+        adapter (PEFT mixed-adapter batches); agents on different bases get one generate per base.
+        Each row gets the tokens a per-agent `sample` call gives it (greedy, or with `seeds`), up to
+        float rounding in the wider batch. Mixed batches are inference-only: PEFT refuses
+        `adapter_names` in training mode, so updates stay one adapter at a time.
+        """
+        completions: list[list[torch.Tensor]] = [[] for _ in prompts]
+        for key in sorted({self.spec.base_of(a) for a in agents}):
+            rows = [i for i, a in enumerate(agents) if self.spec.base_of(a) == key]
+            own_seeds = [seeds[i] for i in rows] if seeds is not None else None
+            got = self._generate(
+                [agents[i] for i in rows], [prompts[i] for i in rows], k, max_new_tokens, temperature, greedy, own_seeds
+            )
+            for i, samples in zip(rows, got, strict=True):
+                completions[i] = samples
+        return completions
+
+    @torch.inference_mode()
+    def _generate(
+        self,
+        agents: list[str],
+        prompts: list[list[int]],
+        k: int,
+        max_new_tokens: int,
+        temperature: float,
+        greedy: bool,
+        seeds: list[int] | None,
+    ) -> list[list[torch.Tensor]]:
+        """K completions of each prompt, prompt i by agents[i] (all on one base), in one batched generate.
 
         Each distinct prompt is prefilled once and its key/value cache expanded to its K samples,
         so the prompt (often 10x the completion) is not recomputed K times. With `seeds` (one per
         prompt), each prompt's draws come from its own generator (sampling.py): the same whatever
         else is in the batch, so sharding problems over ranks does not change them.
         """
-        model = self.activate(agent)
-        tokenizer = self.tokenizer_of(agent)
+        model, tokenizer = self.model_of(agents[0]), self.tokenizer_of(agents[0])
+        adapters: list[str] | None = [self.spec.adapter_of(a) for a in agents]
+        if len(set(adapters)) == 1:  # one adapter: the plain LoRA forward, without PEFT's per-row gather and scatter
+            self.activate(agents[0])
+            adapters = None
         pad = tokenizer.pad_token_id
         width = max(len(p) for p in prompts)
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # [P, L], left-padded
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [P, L]
         ids, mask = ids.to(model.device), mask.to(model.device)
+        expanded = [a for a in adapters for _ in range(k)] if adapters else None  # [P*K], prompt-major like the rows
         was_training = model.training
-        model.eval()
+        model.eval()  # PEFT accepts adapter_names only in eval mode
         cache = None
         if width > 1:
             positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers left-padded rows
@@ -149,6 +195,7 @@ class Team:
                 position_ids=positions[:, :-1],
                 use_cache=True,
                 logits_to_keep=1,
+                adapter_names=adapters,
             )
             cache = prefill.cache
             cache.batch_repeat_interleave(k)
@@ -164,6 +211,7 @@ class Team:
             max_new_tokens=max_new_tokens,
             pad_token_id=pad,
             eos_token_id=tokenizer.eos_token_id,
+            adapter_names=expanded,
             **sampling,
         )
         model.train(was_training)

@@ -75,21 +75,19 @@ def _act(
     seeds: list[int] | None = None,
     max_new_tokens: int | None = None,
 ) -> list[tuple[list[int], Candidates]]:
-    """Sample k continuations of each observation by its agent, one batched generate per agent; (prompt, candidates) each.
+    """Sample k continuations of each observation by its agent; (prompt, candidates) each.
 
+    Agents on one base share one batched generate, each row through its own adapter (`Team.sample_mixed`).
     Observation i's draws come from seeds[i] alone (sampling.py), whatever else shares the batch or the rank.
     """
-    acted: list = [None] * len(observations)
     t = spec.train
-    for agent in sorted(set(agents)):
-        idx = [i for i, a in enumerate(agents) if a == agent]
-        prompts = [team.encode(agent, observations[i]) for i in idx]
-        mine = [seeds[i] for i in idx] if seeds is not None else None
-        completions = team.sample(agent, prompts, k, max_new_tokens or t.max_new_tokens, t.temperature, greedy=greedy, seeds=mine)
-        for i, prompt, cands in zip(idx, prompts, completions, strict=True):
-            rollout.tokens += sum(len(c) for c in cands)
-            texts = [_prefill(observations[i]) + team.decode(agent, c) for c in cands]
-            acted[i] = (prompt, list(zip(texts, cands, strict=True)))
+    prompts = [team.encode(agent, obs) for agent, obs in zip(agents, observations, strict=True)]
+    completions = team.sample_mixed(agents, prompts, k, max_new_tokens or t.max_new_tokens, t.temperature, greedy, seeds)
+    acted = []
+    for agent, obs, prompt, cands in zip(agents, observations, prompts, completions, strict=True):
+        rollout.tokens += sum(len(c) for c in cands)
+        texts = [_prefill(obs) + team.decode(agent, c) for c in cands]
+        acted.append((prompt, list(zip(texts, cands, strict=True))))
     return acted
 
 
@@ -138,6 +136,8 @@ def tree_rollout(
     team: Team, spec: Experiment, envs: list[TurnEnv], k: int, greedy: bool = False, assignment: list[Assignment] | None = None
 ) -> Rollout:
     """AT-GRPO tree sampling over a batch of envs (k=1 with greedy=True is a plain greedy episode)."""
+    if not envs:  # a rank whose shard of the step is empty (fewer problems than ranks)
+        return Rollout(assignment=[])
     rollout = Rollout(assignment=assignment or [spec.role_owner() for _ in envs])
     envs = list(envs)
     base = base_seed()  # alike on every rank; each problem's draws are keyed by its id, not its batch slot
@@ -174,6 +174,8 @@ def parallel_rollout(
     team: Team, spec: Experiment, envs: list[TurnEnv], k: int, assignment: list[Assignment] | None = None
 ) -> Rollout:
     """K independent episodes per env; each agent's samples (and intents) get their episode's final reward."""
+    if not envs:
+        return Rollout(assignment=[])
     per_problem = assignment or [spec.role_owner() for _ in envs]
     rollout = Rollout(assignment=[a for a in per_problem for _ in range(k)])
     episodes = [env.copy() for env in envs for _ in range(k)]

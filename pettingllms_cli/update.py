@@ -22,6 +22,7 @@ import torch
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms import k3_kl, masked_sum, ppo_clip_loss
+from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.policy import Team, group_logprobs, pad_right
 from pettingllms_cli.rollout import Sample
 
@@ -90,6 +91,7 @@ def _update_adapter(team: Team, adapter: str, own: list[Sample], stats: dict[str
         stats[agent].grad_norm = norm
         stats[agent].skipped = not math.isfinite(norm)
     optimizer.zero_grad(set_to_none=True)
+    release_freed_memory()  # this adapter's activations: freed, so the next agent does not stack its own on top
 
 
 def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:

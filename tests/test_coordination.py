@@ -42,7 +42,7 @@ class ScriptedTeam:
         self._next.append((self.intents if kind == "intent" else self.actions)[role])
         return [1, 2, 3]
 
-    def sample(self, agent, prompts, k, max_new_tokens, temperature, greedy=False, seeds=None):
+    def sample_mixed(self, agents, prompts, k, max_new_tokens, temperature, greedy=False, seeds=None):
         texts, self._next = self._next[-len(prompts) :], self._next[: -len(prompts)]
         self.pending = texts
         return [[torch.tensor([i]) for _ in range(k)] for i in range(len(prompts))]

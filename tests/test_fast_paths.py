@@ -1,4 +1,5 @@
-"""Fast paths give the numbers of the plain ones: shared-prompt log-probs and gradients, cached-prefill sampling."""
+"""Fast paths give the numbers of the plain ones: shared-prompt log-probs and gradients, cached-prefill sampling,
+mixed-adapter batches."""
 
 from __future__ import annotations
 
@@ -8,22 +9,27 @@ import torch
 from pettingllms_cli.policy import Team, group_logprobs, pad_right
 
 
-@pytest.fixture(scope="module")
-def team(request):
+def make_team(specialization: str = "per_agent") -> Team:
+    """The smoke spec's two agents on tiny-llama, with LoRA B drawn non-zero so each adapter matters and completions vary."""
     import yaml
 
     from pettingllms_cli.spec import parse_spec
     from tests.conftest import EXPERIMENTS
 
     tree = yaml.safe_load((EXPERIMENTS / "smoke.yaml").read_text())
-    team = Team(parse_spec(tree))
-    # Non-zero LoRA B so the adapter matters and completions vary.
+    team = Team(parse_spec({**tree, "specialization": specialization}))
     with torch.no_grad():
         torch.manual_seed(1)
-        for name, p in team.models["tiny"].named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.5)
+        for _, model in sorted(team.models.items()):
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.5)
     return team
+
+
+@pytest.fixture(scope="module")
+def team():
+    return make_team()
 
 
 def _batch():
@@ -79,3 +85,93 @@ def test_cached_prefill_sampling_equals_plain_generate(team):
         assert outs[0].tolist() == ref[: len(outs[0])].tolist()
         assert outs[0].tolist() == outs[1].tolist()
     assert len({tuple(o[0].tolist()) for o in got}) > 1, "completions should depend on the prompt"
+
+
+# Each prompt appears under both agents, so a batch that ignored the row's adapter would fail.
+MIXED_PROMPTS = [
+    [5, 6, 7, 8, 9, 10, 11],
+    [12, 13, 14],
+    [5, 6, 7, 8, 9, 10, 11],
+    [20, 21, 22, 23, 24, 25, 26, 27, 28],
+    [12, 13, 14],
+]
+MIXED_AGENTS = ["caller", "caller", "verifier", "verifier", "verifier"]
+
+
+def _per_agent_samples(team, greedy, seeds):
+    """The reference: one `sample` call per agent, put back in the mixed order."""
+    got = [None] * len(MIXED_PROMPTS)
+    for agent in sorted(set(MIXED_AGENTS)):
+        idx = [i for i, a in enumerate(MIXED_AGENTS) if a == agent]
+        own_seeds = [seeds[i] for i in idx] if seeds is not None else None
+        outs = team.sample(agent, [MIXED_PROMPTS[i] for i in idx], 3, 8, 1.0, greedy=greedy, seeds=own_seeds)
+        for i, o in zip(idx, outs, strict=True):
+            got[i] = o
+    return got
+
+
+@pytest.mark.parametrize("specialization", ["per_agent", "shared", "separate"])
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "seeded"])
+def test_mixed_adapter_sampling_equals_per_agent_calls(specialization, greedy, team, one_thread):
+    team = team if specialization == "per_agent" else make_team(specialization)
+    seeds = None if greedy else [101, 102, 103, 104, 105]
+    mixed = team.sample_mixed(MIXED_AGENTS, MIXED_PROMPTS, 3, 8, 1.0, greedy=greedy, seeds=seeds)
+    ref = _per_agent_samples(team, greedy, seeds)
+    assert [[o.tolist() for o in outs] for outs in mixed] == [[o.tolist() for o in outs] for outs in ref]
+    assert [len(outs) for outs in mixed] == [3] * len(MIXED_PROMPTS)
+    if specialization != "shared":  # one adapter plays both agents under `shared`
+        assert mixed[0][0].tolist() != mixed[2][0].tolist(), "the same prompt should get each agent's own completion"
+
+
+def test_mixed_adapter_logprobs_equal_per_agent_forwards(team, one_thread):
+    from types import SimpleNamespace
+
+    from pettingllms_cli.evaluate import action_logprobs
+
+    torch.manual_seed(2)
+    samples = [
+        SimpleNamespace(agent=agent, prompt=torch.randint(3, 300, (lp,)).tolist(), completion=torch.randint(3, 300, (lc,)))
+        for agent, lp, lc in [("caller", 9, 4), ("verifier", 13, 6), ("caller", 5, 7), ("verifier", 9, 1)]
+    ]
+    got = action_logprobs(team, samples)
+    for agent in ("caller", "verifier"):
+        model = team.activate(agent)
+        model.eval()
+        with torch.no_grad():
+            means = [
+                float(group_logprobs(model, torch.tensor(s.prompt), s.completion[None], temperature=1.0)[0].mean())
+                for s in samples
+                if s.agent == agent
+            ]
+        model.train()
+        assert got[f"action_logprob/{agent}"] == pytest.approx(sum(means) / len(means), abs=1e-5)
+    assert abs(got["action_logprob/caller"] - got["action_logprob/verifier"]) > 1e-3
+
+
+def test_nf4_read_path_equals_mapped_path_and_leaves_no_mapping():
+    """The pread nf4 loader gives the weights and logits of the memory-mapped one, and keeps no fp32 file mapped."""
+    pytest.importorskip("bitsandbytes")
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from pettingllms_cli.models.loader import _own_unquantized_tensors, keep_4bit_layout, load_model, resolve
+    from pettingllms_cli.spec import ModelSpec
+
+    def mappings() -> int:  # fp32 bases built by other tests may map the file too
+        return sum(line.endswith(".safetensors") for line in Path("/proc/self/maps").read_text().splitlines())
+
+    before = mappings()
+    model, _ = load_model(ModelSpec(source="tiny-llama", quantization="nf4"))
+    assert mappings() == before, "the fp32 weights file should not stay mapped"
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(resolve("tiny-llama"), dtype=torch.float32, quantization_config=quantization)
+    _own_unquantized_tensors(ref)
+    keep_4bit_layout(ref)
+    ours, theirs = model.state_dict(), ref.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert model.generation_config.to_dict() == ref.generation_config.to_dict()
+    ids = torch.randint(3, 300, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, ref(input_ids=ids).logits)

@@ -34,7 +34,7 @@ class ScriptedTeam:
         self.role = "verifier" if messages[0]["content"].startswith("Check") else "tool_caller"
         return [1, 2, 3]
 
-    def sample(self, agent, prompts, k, max_new_tokens, temperature, greedy=False, seeds=None):
+    def sample_mixed(self, agents, prompts, k, max_new_tokens, temperature, greedy=False, seeds=None):
         return [[torch.tensor([j]) for j in range(k)] for _ in prompts]
 
     def decode(self, agent, ids):
@@ -224,6 +224,25 @@ def test_nf4_base_is_smaller_and_trains(smoke_tree):
     full = Team(parse_spec({**tree, "models": {"tiny": {"source": "tiny-llama"}}}))
     assert team.memory_mb()["model_memory_mb/tiny"] < full.memory_mb()["model_memory_mb/tiny"]
     assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
+
+
+def test_nf4_adapters_still_learn_after_sampling(smoke_tree):
+    """Sampling (eval mode, no grad) must not change how a 4-bit base computes: every LoRA layer gets a gradient after it."""
+    pytest.importorskip("bitsandbytes")
+    tree = copy.deepcopy(smoke_tree)
+    tree["models"]["tiny"]["quantization"] = "nf4"
+    team = Team(parse_spec(tree))
+    prompt = team.encode("caller", [{"role": "user", "content": "What is 2+3?"}])
+    before = team.sample("caller", [prompt], 2, 4, 1.0, greedy=True)[0][0]
+    model = team.activate("caller")
+    ids = torch.tensor([prompt + before.tolist()])
+    model.train()
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    adapter = f".{team.spec.adapter_of('caller')}."
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and adapter in n and p.grad is None]
+    assert not missing, missing[:3]
+    assert team.sample("caller", [prompt], 2, 4, 1.0, greedy=True)[0][0].tolist() == before.tolist()
 
 
 # --- bad input, caught before weights load -----------------------------------------------------------

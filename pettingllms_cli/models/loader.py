@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import os
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from safetensors import safe_open
+from transformers import (
+    MODEL_FOR_CAUSAL_LM_MAPPING,
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GenerationConfig,
+    PreTrainedTokenizerBase,
+)
 
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.memory import release_freed_memory
@@ -167,6 +177,54 @@ def _own_unquantized_tensors(model: torch.nn.Module) -> None:
     release_freed_memory()
 
 
+def _safetensors_files(where: Path | str) -> list[Path]:
+    """The weight files of a local single-file or sharded safetensors checkpoint; [] for anything else."""
+    if not isinstance(where, Path):
+        return []
+    if (where / "model.safetensors").is_file():
+        return [where / "model.safetensors"]
+    index = where / "model.safetensors.index.json"
+    if index.is_file():
+        return [where / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    return []
+
+
+def _load_nf4(where: Path | str, kwargs: dict) -> torch.nn.Module:
+    """A 4-bit base whose fp32 weights are read (pread), quantized and freed one tensor at a time.
+
+    The default path memory-maps the fp32 file: every page read for quantization stays resident
+    until the last view into the file is gone, so loading peaked above the fp32 model itself.
+    """
+    files = _safetensors_files(where)
+    if not files:  # hub ids and .bin checkpoints: the mapped path, then copy out of the mapping
+        model = AutoModelForCausalLM.from_pretrained(where, **kwargs)
+        _own_unquantized_tensors(model)
+        return model
+    config = AutoConfig.from_pretrained(where)
+    with ExitStack() as stack:
+        handles = [stack.enter_context(safe_open(f, framework="pt", device="cpu", backend="pread")) for f in files]
+        lazy = {name: h.get_slice(name) for h in handles for name in h.keys()}  # read when loaded
+        # The concrete class: AutoModel deep-copies its kwargs, and file slices cannot be copied.
+        model = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)].from_pretrained(None, config=config, state_dict=lazy, **kwargs)
+    if (where / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(where)
+    release_freed_memory()
+    return model
+
+
+def keep_4bit_layout(model: torch.nn.Module) -> int:
+    """Keep every 4-bit layer in the layout training uses; returns how many 4-bit layers the model has.
+
+    On CPUs with AVX512-BF16, bitsandbytes repacks a 4-bit weight for a bf16 inference kernel at its
+    first eval-mode forward (our sampling); training forwards then run that kernel too, which passes no
+    gradient to the layer's input (the LoRA layers below it stop learning) and gives bf16 logits.
+    """
+    layers = [m for m in model.modules() if type(m).__name__ == "Linear4bit"]
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
+
+
 def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a base model (frozen) and its tokenizer, in the spec's dtype and quantization."""
     where = resolve(spec.source)
@@ -179,14 +237,12 @@ def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBas
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)
-        model = AutoModelForCausalLM.from_pretrained(where, **kwargs)
+        model = _load_nf4(where, kwargs) if spec.quantization == "nf4" else AutoModelForCausalLM.from_pretrained(where, **kwargs)
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load model {spec.source!r}: {first} (offline? use a built-in alias or a local folder)") from None
-    if spec.quantization == "nf4":
-        if not any(type(m).__name__ == "Linear4bit" for m in model.modules()):
-            raise UserError(f"model {spec.source!r}: bitsandbytes found no nn.Linear to quantize; use quantization none")
-        _own_unquantized_tensors(model)
+    if spec.quantization == "nf4" and keep_4bit_layout(model) == 0:
+        raise UserError(f"model {spec.source!r}: bitsandbytes found no nn.Linear to quantize; use quantization none")
     if tokenizer.chat_template is None and spec.prompt_template is None:
         raise UserError(
             f'model {spec.source!r} has no chat template; set its prompt_template, e.g. "{{conversation}}\\nassistant: "'

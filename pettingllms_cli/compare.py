@@ -88,7 +88,7 @@ def ensure_run(spec: Experiment, run_dir: Path, console: Console) -> str:
     """Train the run unless a finished one with this exact spec exists; returns what happened."""
     from pettingllms_cli.train import train
 
-    state = run_state(spec, run_dir)
+    state = distributed.on_main(run_state, spec, run_dir)  # one decision for all ranks: rank 0 may be writing run_dir
     if state == "done":
         console.print(f"reusing {run_dir} (same spec and seed, finished)")
         return "reused"
@@ -121,14 +121,14 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     from pettingllms_cli.checkpoint import latest_checkpoint, load_adapters
     from pettingllms_cli.evaluate import evaluate
     from pettingllms_cli.policy import Team
+    from pettingllms_cli.rundir import write_json
 
     checkpoint = latest_checkpoint(run_dir)
     key = problems_key(problems, checkpoint)
     cache = run_dir / "compare_eval.json"
-    if cache.is_file():
-        cached = json.loads(cache.read_text())
-        if cached.get("key") == key:
-            return cached
+    cached = distributed.on_main(read_cache, cache, key)  # every rank skips scoring, or none does (scoring is collective)
+    if cached is not None:
+        return cached
     initial, final = train_eval(run_dir, "eval_before.json", problems), train_eval(run_dir, "eval_after.json", problems)
     if initial is None or final is None:  # train scored other problems: score these, same greedy evaluate
         team = Team(spec)
@@ -137,8 +137,19 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
         final = final or evaluate(team, spec, problems, n_transcripts=1, score_actions=False)
     scored = {"key": key, "checkpoint": str(checkpoint), "initial": initial, "final": final}
     if distributed.is_main():
-        cache.write_text(json.dumps(scored, indent=2, default=str))
+        write_json(cache, scored)
     return scored
+
+
+def read_cache(cache: Path, key: str) -> dict | None:
+    """The cached scores when they were computed on the same problems and checkpoint, else None."""
+    if not cache.is_file():
+        return None
+    try:
+        cached = json.loads(cache.read_text())
+    except json.JSONDecodeError:  # a cache cut short by a kill: score again
+        return None
+    return cached if cached.get("key") == key else None
 
 
 def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, threshold: float, window: int) -> dict:

@@ -27,17 +27,48 @@ T = TypeVar("T")
 TIMEOUT = timedelta(minutes=30)  # a rank stuck longer than this (e.g. a peer died) fails instead of hanging
 
 
+# Where each launcher says who a process is: torchrun (and `accelerate launch --multi_gpu`, which runs it) sets
+# the first name; mpirun (`accelerate launch --cpu --mpirun_hostfile ...`) sets one of the others.
+RANK_VARS = ("RANK", "PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
+WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK")
+
+
+def _env_int(names: Sequence[str]) -> int | None:
+    """The first of `names` set in the environment, as an int (None when none is)."""
+    return next((int(os.environ[n]) for n in names if os.environ.get(n, "").strip()), None)
+
+
 def init() -> None:
-    """Join the process group the launcher described (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or dist.is_initialized():
+    """Join the process group the launcher described (rank, world size, MASTER_ADDR, MASTER_PORT)."""
+    world = _env_int(WORLD_SIZE_VARS) or 1
+    if world <= 1:
+        refuse_lone_accelerate_process()
         return
-    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if dist.is_initialized():
+        return
+    rank_ = _env_int(RANK_VARS)
+    missing = ([] if rank_ is not None else ["RANK"]) + [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
         raise UserError(f"WORLD_SIZE>1 but {', '.join(missing)} unset; start with torchrun or accelerate launch")
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank())  # one process per GPU
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend, timeout=TIMEOUT)
+    dist.init_process_group(backend, rank=rank_, world_size=world, timeout=TIMEOUT)
+
+
+def refuse_lone_accelerate_process() -> None:
+    """Refuse `accelerate launch --cpu --num_processes N` (or N without `--multi_gpu` and no GPU): it starts ONE process.
+
+    Accelerate's simple launcher sets ACCELERATE_USE_CPU, and MASTER_PORT only when more than one
+    process was asked for, but no rank: going on would silently train on 1 of the N processes asked for.
+    """
+    if "ACCELERATE_USE_CPU" in os.environ and "MASTER_PORT" in os.environ:
+        raise UserError(
+            "accelerate launch started one process, not --num_processes N (it starts several CPU processes only "
+            "through mpirun, --mpirun_hostfile); on one machine use `accelerate launch --multi_gpu --num_processes N` "
+            "(torchrun underneath, gloo on CPU) or `torchrun --nproc_per_node N`"
+        )
 
 
 def shutdown() -> None:
@@ -54,7 +85,7 @@ def rank() -> int:
 
 
 def local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))
+    return _env_int(LOCAL_RANK_VARS) or 0
 
 
 def is_main() -> bool:

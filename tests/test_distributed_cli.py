@@ -224,7 +224,9 @@ def test_stop_one_rank_then_resume_matches_uninterrupted_run(accelerated, tmp_pa
     k = len(stopped)
     assert 1 <= k < STEPS and stopped == list(range(1, k + 1)), stopped
     assert (run / "checkpoints" / f"step_{k}" / "trainer_state.pt").is_file() and not (run / "eval_after.json").exists()
-    assert f"a signal to another rank: stopped after step {k}/{STEPS}" in Path(log[0].name).read_text()
+    printed = Path(log[0].name).read_text()
+    assert f"a signal to another rank: stopped after step {k}/{STEPS}" in printed
+    assert "resume with: torchrun --nproc_per_node 2 -m pettingllms_cli train " in printed  # the launcher, not 1 process
 
     done = launch([*torchrun(), *train_args(run, LONGER), "--resume"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import sys
@@ -260,6 +261,9 @@ def main() -> None:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    # bitsandbytes warns at import, on CPUs with AVX512-BF16, that an optional kernel for its bf16 CPU
+    # inference path is missing; pettingllms keeps that path off (models/loader.py, keep_4bit_layout).
+    logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
     return_large_frees_to_os()  # N agents' activations, freed in turn, must not pile up
     try:
         distributed.init()  # under torchrun / accelerate launch; a no-op in one process

@@ -36,3 +36,9 @@ def test_bench_vs_trl_prints_speedup():
 def test_bench_memory_prints_ratio():
     figures = run_bench("bench_memory.py")
     assert math.isfinite(figures["agents6_over_agents1"])
+
+
+@pytest.mark.slow
+def test_bench_mixed_sampling_prints_speedup():
+    figures = run_bench("bench_mixed_sampling.py")  # it also exits non-zero if the two ways' tokens differ
+    assert math.isfinite(figures["mixed_over_per_agent_speedup"])

@@ -85,10 +85,10 @@ def validate(spec: Annotated[Path, typer.Argument(help="Experiment YAML file.")]
 
 
 def _check_models(experiment) -> None:
-    from pettingllms_cli.models.loader import source_problem
+    from pettingllms_cli.models.loader import nf4_problem, source_problem
 
     for name, model in experiment.models.items():
-        problem = source_problem(model.source)
+        problem = source_problem(model.source) or nf4_problem(model)
         if problem:
             raise UserError(f"models.{name}.source: {problem}")
 

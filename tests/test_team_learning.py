@@ -11,11 +11,13 @@ from pettingllms_cli.algorithms import group_advantages
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.models.tiny import tiny_model
 from pettingllms_cli.policy import Team
 from pettingllms_cli.roles import RoleAssigner, rotation
 from pettingllms_cli.rollout import Sample, parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.update import update
+from tests.conftest import run_cli
 
 PROBLEMS = [
     Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"}),
@@ -281,9 +283,32 @@ def test_nf4_without_bitsandbytes_is_refused(smoke_tree, monkeypatch):
         parse_spec(tree)
 
 
+def test_nf4_on_a_model_bitsandbytes_cannot_quantize_is_refused_by_validate(tmp_path, smoke_tree, monkeypatch, capsys):
+    """A pre-quantized checkpoint is refused from its config.json alone: the folder holds no weights at all."""
+    import json
+
+    import yaml
+    from transformers import GPT2Config
+
+    tiny_model("tiny-llama")[0].config.save_pretrained(tmp_path / "gptq")
+    config = json.loads((tmp_path / "gptq" / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
+    (tmp_path / "gptq" / "config.json").write_text(json.dumps(config))
+    GPT2Config(n_layer=1, n_embd=32, n_head=2).save_pretrained(tmp_path / "gpt2")  # Conv1D layers: quantizable
+
+    def validate(folder: str) -> int:
+        tree = copy.deepcopy(smoke_tree)
+        tree["models"]["tiny"] = {"source": str(tmp_path / folder), "quantization": "nf4"}
+        (tmp_path / "exp.yaml").write_text(yaml.safe_dump(tree))
+        return run_cli(["validate", str(tmp_path / "exp.yaml")], monkeypatch)
+
+    assert validate("gptq") == 2
+    assert "already quantized (gptq); use quantization: none" in capsys.readouterr().err
+    assert validate("gpt2") == 0
+
+
 def test_a_model_without_chat_template_and_prompt_template_fails_at_load(tmp_path):
     from pettingllms_cli.models.loader import load_model
-    from pettingllms_cli.models.tiny import tiny_model
     from pettingllms_cli.spec import ModelSpec
 
     model, tokenizer = tiny_model("tiny-llama")

@@ -27,6 +27,7 @@ from transformers import (
     GenerationConfig,
     PreTrainedTokenizerBase,
 )
+from transformers.pytorch_utils import Conv1D
 
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.memory import release_freed_memory
@@ -161,6 +162,35 @@ def source_problem(source: str) -> str | None:
         resolve(source)
     except UserError as e:
         return str(e)
+    return None
+
+
+def nf4_problem(spec: ModelSpec) -> str | None:
+    """Why bitsandbytes cannot quantize a local model to nf4, found from its config alone (for `validate`).
+
+    A checkpoint that is already quantized (GPTQ, AWQ, bitsandbytes...) cannot be quantized again,
+    and an architecture without an nn.Linear (or GPT-2's Conv1D) outside the output head has nothing to quantize. The
+    check builds the model on the meta device, so no weight is read. Hub ids and not-yet-converted
+    built-ins are checked when they load.
+    """
+    if spec.quantization != "nf4":
+        return None
+    path = Path(spec.source).expanduser()
+    folder = cache_root() / spec.source if spec.source in BUILTINS else path
+    if path.suffix == ".gguf" or not (folder / "config.json").is_file():
+        return None
+    config = AutoConfig.from_pretrained(folder)
+    already = getattr(config, "quantization_config", None)
+    if already is not None:
+        method = already.get("quant_method", "?") if isinstance(already, dict) else getattr(already, "quant_method", "?")
+        return f"quantization nf4: {spec.source} is already quantized ({method}); use quantization: none"
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        return f"{spec.source} is a {config.model_type} model, not a causal LM that transformers can load"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    head = model.get_output_embeddings()  # transformers keeps the head unquantized
+    if not any((type(m) is torch.nn.Linear or isinstance(m, Conv1D)) and m is not head for m in model.modules()):
+        return f"quantization nf4: {spec.source} has no nn.Linear layer bitsandbytes can quantize; use quantization: none"
     return None
 
 

@@ -87,6 +87,19 @@ def test_env_shows_the_turns_intents_and_checks_actions_against_them():
     assert e.state()["intent_agreement"] == 0.5
 
 
+def test_an_intent_that_only_repeats_the_prefill_does_not_agree():
+    e = MathToolEnv(PROBLEM, "multi", 2, {})
+    e.step("tool_caller", '<tool_call>{"name": "calculator", "arguments": {"expression": "12+7"}}</tool_call>')
+    prefill = e.prefill("verifier")
+    assert prefill == "Answer: "
+    e.declare("verifier", "answer")  # names only what the env prefills
+    res = e.step("verifier", prefill + "19")
+    assert res.info["intent_agrees"] is False  # the generated "19" does not do what "answer" says
+    e.declare("tool_caller", "calculator")  # the caller's prefill names the calculator
+    res = e.step("tool_caller", e.prefill("tool_caller") + '12+7"}}</tool_call>')
+    assert res.info["intent_agrees"] is False
+
+
 def test_every_role_declares_before_anyone_acts_and_sees_earlier_intents(smoke_tree):
     spec = spec_with(smoke_tree)
     team = ScriptedTeam(INTENTS, ACTIONS)

@@ -53,7 +53,33 @@ def test_wrong_answer_retries_then_truncates():
     assert "was wrong" in env.observe("tool_caller")[-2]["content"]
     env.step("tool_caller", CALL_PREFIX + '1+1"}}</tool_call>')
     res = env.step("verifier", "Answer: 2")
-    assert res.truncated and not env.success and env.attempts == 2
+    # Unsolved: no attempts figure (it is not "solved at the last attempt"); two attempts were made.
+    assert res.truncated and not env.success and env.attempts is None and env.attempts_made == 2
+
+
+def test_unsolved_and_solved_at_the_last_attempt_differ():
+    from pettingllms_cli.evaluate import episode_metrics
+
+    wrong = CALL_PREFIX + '1+1"}}</tool_call>'
+    unsolved, last = _env(layout="single", max_turns=2), _env(layout="single", max_turns=2)
+    for env, second in ((unsolved, wrong), (last, last.reference_action("solver"))):
+        env.step("solver", wrong)
+        env.step("solver", second)
+    assert (unsolved.attempts, last.attempts) == (None, 2)
+    m_unsolved, m_last = episode_metrics([unsolved]), episode_metrics([last])
+    assert (m_unsolved["team_success_rate"], m_unsolved["mean_attempts_to_success"]) == (0.0, None)
+    assert (m_last["team_success_rate"], m_last["mean_attempts_to_success"]) == (1.0, 2.0)
+    assert m_unsolved != m_last
+
+
+def test_a_team_round_is_one_attempt():
+    env = _env(layout="multi", max_turns=2)
+    env.step("tool_caller", CALL_PREFIX + '1+1"}}</tool_call>')
+    assert env.attempts_made == 0  # the call alone is not the round's answer
+    env.step("verifier", "Answer: 2")
+    env.step("tool_caller", env.reference_action("tool_caller"))
+    env.step("verifier", env.reference_action("verifier"))
+    assert env.success and env.attempts == 2
 
 
 def test_turn_order_is_enforced():

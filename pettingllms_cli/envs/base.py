@@ -46,12 +46,18 @@ class Outcome:
     team_reward: float
     solved: bool = False
     info: dict = field(default_factory=dict)
+    attempt: bool | None = None  # is this action an attempt at the task? None: the env's default (`TurnEnv.is_attempt`)
 
 
 class TurnEnv:
     name: ClassVar[str]
     version: ClassVar[int] = 0
     layouts: ClassVar[dict[str, tuple[str, ...]]]
+    # Roles whose action cannot change the team reward until a later role of the turn acts on it (a
+    # planner, a tester): their team term needs the play-out to the turn's end (credit.py).
+    deferred_roles: ClassVar[frozenset[str]] = frozenset()
+    # Roles whose empty action is not a useless one, so `credit: difference` has no no-op to compare with.
+    no_noop_roles: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, problem: Problem, layout: str = "multi", max_turns: int = 2, options: dict | None = None):
         if layout not in self.layouts:
@@ -74,6 +80,8 @@ class TurnEnv:
         self.next_role = 0
         self.success = False
         self.solved_at_turn: int | None = None
+        self.attempts_made = 0  # attempt actions taken so far (`is_attempt`)
+        self.solved_at_attempt: int | None = None  # the attempt that first solved the problem
         self.terminated = False
         self.truncated = False
         self.transcript: list[dict] = []
@@ -90,15 +98,21 @@ class TurnEnv:
         if role != expected:
             raise ValueError(f"{self.name}: it is {expected!r}'s turn, not {role!r}")
         text = text if isinstance(text, str) else ""
+        prefill = self.prefill(role)  # before _act changes what the role would see
         out = self._act(role, text)
         if role in self.intents:
-            agreed = bool(self.intent_agrees(role, self.intents[role], text))
+            # Judged on what the model generated: text the env prefilled agrees with any intent that restates it.
+            generated = text[len(prefill) :] if prefill and text.startswith(prefill) else text
+            agreed = bool(self.intent_agrees(role, self.intents[role], generated))
             out.info = {**out.info, "intent": self.intents[role], "intent_agrees": agreed}
             self.intent_checks.append(agreed)
         self.transcript.append({"turn": self.turn, "role": role, "text": text, **out.info})
+        if out.solved or (self.is_attempt(role) if out.attempt is None else out.attempt):
+            self.attempts_made += 1  # the solving action is always an attempt: it gave the answer
         if out.solved and not self.success:
             self.success = True
             self.solved_at_turn = self.turn
+            self.solved_at_attempt = self.attempts_made
         self.next_role += 1
         if self.next_role == len(self.possible_agents):
             self.next_role = 0
@@ -117,8 +131,16 @@ class TurnEnv:
         """`observe(role)` with the intents declared this turn (the same as observe when there are none)."""
         return coordination.view(self.observe(role), self.intents)
 
+    def prefill(self, role: str) -> str:
+        """The text `observe(role)` puts at the start of the role's answer (its assistant prefill), or ''."""
+        messages = self.observe(role)
+        return messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
+
     def intent_agrees(self, role: str, intent: str, action: str) -> bool:
-        """Does `action` do what `intent` said? Textual by default (coordination.agrees); envs may override."""
+        """Does `action` (the generated text, without the env's prefill) do what `intent` said?
+
+        Textual by default (coordination.agrees); envs may override.
+        """
         return coordination.agrees(intent, action)
 
     @property
@@ -134,10 +156,24 @@ class TurnEnv:
     def current_role(self) -> str:
         return self.possible_agents[self.next_role]
 
+    def is_attempt(self, role: str) -> bool:
+        """Whether `role`'s action (called before it steps) is an attempt when `_act` does not say.
+
+        Default: the action that closes a round, i.e. the answer the team hands in each round (the
+        single agent's every action; a team's last role). Counting every team action instead would
+        make a team of R roles look R times slower by construction. Envs may override, or set
+        `Outcome.attempt` per action (e.g. only tool calls that ran).
+        """
+        return self.next_role == len(self.possible_agents) - 1
+
     @property
-    def attempts(self) -> int:
-        """Rounds used until the problem was first solved; unsolved episodes count the budget."""
-        return self.solved_at_turn + 1 if self.solved_at_turn is not None else self.max_turns
+    def attempts(self) -> int | None:
+        """Attempts (`is_attempt` actions) up to and including the one that first solved the problem; None if unsolved.
+
+        Unsolved episodes have no attempts figure: reports give the share solved within the budget
+        apart, so 1.0 can only mean "solved at the first attempt".
+        """
+        return self.solved_at_attempt
 
     def state(self) -> dict:
         return {
@@ -147,6 +183,7 @@ class TurnEnv:
             "turn": self.turn,
             "next_role": self.current_role,
             "success": self.success,
+            "attempts": self.attempts,
             "intent_agreement": self.intent_agreement,
             "transcript": self.transcript,
         }

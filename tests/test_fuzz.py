@@ -190,3 +190,92 @@ def test_bad_train_options_are_one_line_errors(args: list[str], tmp_path: Path) 
         code, err = run_cli("train", str(ROOT / "experiments" / "smoke.yaml"), "--out", str(tmp_path / "run"), *args)
     assert_one_line_error(code, err, " ".join(args))
     assert not (tmp_path / "run").exists()
+
+
+# --- model output: any reply is a step, never an exception (issue 17) ------------------------------
+# Pieces a hostile or broken model might emit, glued together with random unicode (lone surrogates too).
+PIECES = [
+    "<tool_call>",
+    "</tool_call>",
+    '{"name": "calculator", "arguments": {"expression": "',
+    '{"name": "sql", "arguments": {"query": "',
+    '"}}',
+    "```python\n",
+    "```",
+    "Answer: ",
+    "Moves: ",
+    "Solution: ",
+    "Function: ",
+    "assert ",
+    "\n",
+    "9" * 5000,
+    "1e999",
+    "NaN",
+    "Infinity",
+    "[" * 40,
+    "]" * 40,
+    "{" * 40,
+    "1e5**64",
+    "1e300**2",
+    "\ud800",
+    "\x00",
+    "\u202e",
+    "\ufeff",
+    "print(1)",
+    "U D L R",
+]
+ARITH = st.recursive(
+    st.sampled_from(["0", "1", "2", "9", "64", "0.5", "1e-320", "1e5", "1e15", "1e300", "1e999", "-1", "10**15"]),
+    lambda inner: st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "//", "%", "**", "^"]), inner).map(
+        lambda t: f"({t[0]}{t[1]}{t[2]})"
+    ),
+    max_leaves=6,
+)
+CALC_CALL = ARITH.map(lambda e: '<tool_call>{"name": "calculator", "arguments": {"expression": "' + e + '"}}</tool_call>')
+JSON_VALUE = st.recursive(  # raw JSON text, with what Python's json accepts but later code chokes on
+    st.sampled_from(["9" * 5000, "NaN", "-Infinity", "1e999", '"\\ud800"', '"x"', "1", "null", "[" * 900 + "]" * 900]),
+    lambda inner: (
+        st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]")
+        | st.lists(inner, max_size=3).map(lambda xs: "{" + ", ".join(f'"k{i}": {x}' for i, x in enumerate(xs)) + "}")
+    ),
+    max_leaves=5,
+)
+JSON_CALL = st.tuples(st.sampled_from(["calculator", "sql", "f"]), st.sampled_from(["expression", "query", "a"]), JSON_VALUE).map(
+    lambda t: '<tool_call>{"name": "' + t[0] + '", "arguments": {"' + t[1] + '": ' + t[2] + "}}</tool_call>"
+)
+UNICODE = st.text(alphabet=st.characters(exclude_categories=()), max_size=30)
+MODEL_TEXT = CALC_CALL | JSON_CALL | st.lists(st.sampled_from(PIECES) | UNICODE | ARITH, max_size=8).map("".join)
+SANDBOX_ENVS = {"code_v0", "sudoku4x4_v0", "plan_path_v0", "sokoban_v0"}  # each action spawns a process: fewer examples
+
+
+def play_hostile(env_name: str, texts: list[str]) -> None:
+    """Play every layout of the env with these replies (cycled) to the end; rewards stay finite."""
+    import json
+    import math
+
+    from pettingllms_cli.envs import ENVS
+
+    env_cls = ENVS[env_name]
+    problem = env_cls.load_problems("generated", "train", 0, 1)[0]
+    for layout in env_cls.layouts:
+        env, i = env_cls(problem, layout, 2), 0
+        while not env.done:
+            result = env.step(env.current_role, texts[i % len(texts)])
+            i += 1
+            assert math.isfinite(result.local_reward) and math.isfinite(result.team_reward)
+            env = env.copy()  # tree sampling deep-copies the env after each action
+        json.dumps(env.state(), allow_nan=False)
+
+
+@pytest.mark.parametrize("env_name", sorted({"math_tool_v0", "function_call_v0", "sql_v0"}))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(MODEL_TEXT, min_size=1, max_size=4))
+def test_any_model_text_is_a_step(env_name: str, texts: list[str]) -> None:
+    play_hostile(env_name, texts)
+
+
+@pytest.mark.parametrize("env_name", sorted(SANDBOX_ENVS))
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(MODEL_TEXT, min_size=1, max_size=2))
+def test_any_model_text_is_a_step_in_sandbox_envs(env_name: str, texts: list[str]) -> None:
+    play_hostile(env_name, texts)

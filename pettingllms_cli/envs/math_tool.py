@@ -20,6 +20,7 @@ Data: `generated` (seeded templates), or GSM8K-format jsonl (`question`, `answer
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from pathlib import Path
@@ -76,8 +77,7 @@ def gsm8k_answer(text: str) -> float | None:
     1007.0
     """
     tail = str(text).rsplit("####", 1)[-1]
-    match = _NUMBER_RE.search(tail)
-    return float(match.group().replace(",", "")) if match else None
+    return parse_number(tail)
 
 
 def parse_number(text: str) -> float | None:
@@ -85,9 +85,10 @@ def parse_number(text: str) -> float | None:
     if not match:
         return None
     try:
-        return float(match.group().replace(",", ""))
+        value = float(match.group().replace(",", ""))
     except ValueError:
         return None
+    return value if math.isfinite(value) else None  # 400 nines are a float infinity, not an answer
 
 
 def same_number(a: float | None, b: float | None) -> bool:

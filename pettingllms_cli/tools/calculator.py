@@ -1,12 +1,14 @@
 """A safe calculator: arithmetic expressions evaluated from the AST, never with `eval`.
 
 Only numbers, + - * / // % ** and parentheses; bounded magnitudes and exponents, so no input
-can hang or exhaust memory.
+can hang or exhaust memory. `calculate` is total: any string ends as a number or a
+`CalculatorError` (overflow, NaN, infinities and deep nesting included), never another exception.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import operator
 
 MAX_ABS = 1e15
@@ -29,9 +31,16 @@ class CalculatorError(ValueError):
     pass
 
 
+def _in_range(value: float) -> float:
+    """`value` if it is a finite real within MAX_ABS; NaN and infinities are out of range too."""
+    if isinstance(value, complex) or not math.isfinite(value) or abs(value) > MAX_ABS:
+        raise CalculatorError("result out of range")
+    return value
+
+
 def _eval(node: ast.AST) -> float:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-        return node.value
+        return _in_range(node.value)  # `1e999` is a literal infinity
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
@@ -42,9 +51,9 @@ def _eval(node: ast.AST) -> float:
             value = _BINOPS[type(node.op)](left, right)
         except ZeroDivisionError:
             raise CalculatorError("division by zero") from None
-        if isinstance(value, complex) or abs(value) > MAX_ABS:
-            raise CalculatorError("result out of range")
-        return value
+        except OverflowError:  # float ** float past 1e308, e.g. 1e5**64
+            raise CalculatorError("result out of range") from None
+        return _in_range(value)
     raise CalculatorError(f"unsupported syntax: {type(node).__name__}")
 
 

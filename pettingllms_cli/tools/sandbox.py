@@ -167,14 +167,15 @@ def run_python(
     workdir = Path(tempfile.mkdtemp(prefix="pettingllms_sbx_"))
     logs = Path(tempfile.mkdtemp(prefix="pettingllms_sbx_out_"))  # outside workdir: the code cannot touch them
     try:
-        (workdir / "main.py").write_text(code, encoding="utf-8")
-        return _run(workdir, logs, stdin, timeout, memory_mb, max_output)
+        # A lone surrogate (text no tokenizer decodes to, but a caller may pass) cannot be UTF-8: write it as `?`.
+        (workdir / "main.py").write_text(code, encoding="utf-8", errors="replace")
+        return _run(workdir, logs, stdin.encode("utf-8", errors="replace"), timeout, memory_mb, max_output)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
 
 
-def _run(workdir: Path, logs: Path, stdin: str, timeout: float, memory_mb: int, max_output: int) -> SandboxResult:
+def _run(workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int, max_output: int) -> SandboxResult:
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(workdir),
@@ -198,7 +199,7 @@ def _run(workdir: Path, logs: Path, stdin: str, timeout: float, memory_mb: int, 
         )
         timed_out = False
         try:
-            proc.communicate(stdin.encode("utf-8"), timeout=timeout)
+            proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:

@@ -14,7 +14,7 @@ from pathlib import Path
 from pettingllms_cli.plots import Series, html_images, html_page, html_table, line_plot, md_table
 
 PLOTS = {  # file stem -> (metric prefix or key, title, y label)
-    "team_success": ("team_success_rate", "Team success (training episodes)", "success rate"),
+    "team_success": ("team_success_rate", "Team success: held-out (greedy) and training (sampled)", "success rate"),
     "reward": ("reward/", "Reward per agent", "mean reward"),
     "loss": ("loss/", "Loss per agent", "loss"),
     "kl": ("kl/", "KL to the base per agent", "KL"),
@@ -58,9 +58,30 @@ def metric_series(rows: list[dict], key: str) -> Series:
     if key.endswith("/"):
         agents = sorted(k.removeprefix(key) for k in (rows[0] if rows else {}) if k.startswith(key))
         return {a: (steps, [r[key + a] for r in rows]) for a in agents if all(key + a in r for r in rows)}
-    series = {"best-branch episodes": (steps, [r[key] for r in rows])} if rows and key in rows[0] else {}
-    if key == "team_success_rate" and rows and "sample_success_rate" in rows[0]:
-        series["all samples"] = (steps, [r["sample_success_rate"] for r in rows])
+    if key == "team_success_rate":
+        return success_series(rows)
+    return {key: (steps, [r[key] for r in rows])} if rows and key in rows[0] else {}
+
+
+SUCCESS_SERIES = {  # metrics.jsonl key -> legend (docs/metrics.md defines each)
+    "heldout_success_rate": "held-out, greedy (train.eval_every)",
+    "team_success_rate": "training, on-policy episodes",
+    "best_branch_success_rate": "training, tree's best-of-K branch",
+}
+
+
+def success_series(rows: list[dict]) -> Series:
+    """The success curves the metrics hold; held-out points exist only at the steps it was scored.
+
+    >>> success_series([{"step": 1, "team_success_rate": 0.5}, {"step": 2, "team_success_rate": 1.0,
+    ...                 "heldout_success_rate": 0.25}])["held-out, greedy (train.eval_every)"]
+    ([2], [0.25])
+    """
+    series = {}
+    for key, label in SUCCESS_SERIES.items():
+        points = [(r["step"], r[key]) for r in rows if r.get(key) is not None]
+        if points:
+            series[label] = ([s for s, _ in points], [v for _, v in points])
     return series
 
 
@@ -99,12 +120,14 @@ def _interval(ev: dict) -> str | None:
 
 def step_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
     agents = agents_of(rows)
-    headers = ["step", "team success", "sampled success", *(f"reward/{a}" for a in agents), "tokens/s", "seconds"]
+    headers = ["step", "held-out success", "team success", "best-of-K success", *(f"reward/{a}" for a in agents)]
+    headers += ["tokens/s", "seconds"]
     body = [
         [
             r["step"],
+            r.get("heldout_success_rate"),
             r["team_success_rate"],
-            r.get("sample_success_rate"),
+            r.get("best_branch_success_rate"),
             *(r[f"reward/{a}"] for a in agents),
             f"{r.get('tokens_per_second', 0.0):.1f}",
             r.get("seconds"),

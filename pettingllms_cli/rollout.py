@@ -55,6 +55,8 @@ class Rollout:
     seconds: float = 0.0  # wall time of sampling and stepping
     assignment: list[Assignment] = field(default_factory=list)  # role -> agent of each episode
     intents: list[Sample] = field(default_factory=list)  # trainable intent declarations (`parallel` + intent protocol)
+    on_policy: list[TurnEnv] = field(default_factory=list)  # one episode per problem played by the policy (on_policy_episodes)
+    on_policy_tokens: int = 0  # tokens sampled for those episodes beyond the tree's own (not in `tokens`, not trained)
 
 
 Candidates = list[tuple[str, torch.Tensor]]  # (text, ids) of each sampled continuation
@@ -211,3 +213,54 @@ def parallel_rollout(
         rollout.intents += declared
     rollout.episodes = episodes
     return rollout
+
+
+def on_policy_episodes(
+    team: Team, spec: Experiment, envs: list[TurnEnv], tree: Rollout, greedy: bool = False
+) -> tuple[list[TurnEnv], int]:
+    """One episode per env (fresh, unstepped) played by the policy itself, reusing the tree's draws where it can.
+
+    The tree's episode keeps the best of K candidates at every action, so its success is best-of-K,
+    not what the policy does. Here each env is played with one sample per action: while the episode
+    is in a state the tree sampled from (same prompt, same problem, role and turn), it takes that
+    group's first candidate, itself a plain sample of the policy there; once it leaves the tree's
+    path it samples its own action (seeded per problem, role and turn). A one-role, one-turn episode
+    costs nothing extra; otherwise only the actions off the tree's path are generated. Returns the
+    episodes and the tokens generated for them. Under the intent protocol every intent is sampled anew.
+    """
+    first: dict[tuple, Sample] = {}
+    for s in tree.samples:
+        first.setdefault((s.problem_id, s.role, s.turn), s)
+    episodes, tokens = [env.copy() for env in envs], 0
+    with torch.random.fork_rng():  # the step's RNG stream is left as the tree left it
+        base = base_seed()
+    scratch = Rollout(assignment=tree.assignment)
+    for turn in range(spec.env.max_turns):
+        keys = [(base, env.problem.id, "on_policy") for env in episodes]
+        _declare_intents(team, spec, episodes, tree.assignment, keys, turn, greedy, scratch)
+        for role in episodes[0].possible_agents if episodes else ():
+            active = [i for i, env in enumerate(episodes) if not env.done]
+            observations = [episodes[i].view(role) for i in active]
+            agents = [tree.assignment[i][role] for i in active]
+            prompts = [team.encode(agent, obs) for agent, obs in zip(agents, observations, strict=True)]
+            texts: dict[int, str] = {}
+            fresh = []
+            for i, prompt in zip(active, prompts, strict=True):
+                hit = first.get((episodes[i].problem.id, role, turn))
+                if hit is not None and hit.prompt == prompt:
+                    texts[i] = hit.text  # the tree sampled here: its first candidate is a policy sample
+                else:
+                    fresh.append(i)
+            if fresh:
+                rows = [active.index(i) for i in fresh]
+                seeds = [row_seed(base, episodes[i].problem.id, role, turn, "on_policy") for i in fresh]
+                t = spec.train
+                got = team.sample_mixed(
+                    [agents[r] for r in rows], [prompts[r] for r in rows], 1, t.max_new_tokens, t.temperature, greedy, seeds
+                )
+                for i, r, [ids] in zip(fresh, rows, got, strict=True):
+                    tokens += len(ids)
+                    texts[i] = _prefill(observations[r]) + team.decode(agents[r], ids)
+            for i in active:
+                episodes[i].step(role, texts[i])
+    return episodes, tokens + scratch.tokens

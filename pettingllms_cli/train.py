@@ -44,7 +44,7 @@ from pettingllms_cli.evaluate import episode_metrics, evaluate, make_envs
 from pettingllms_cli.graceful import GracefulStop
 from pettingllms_cli.policy import Team
 from pettingllms_cli.report import write_report
-from pettingllms_cli.rollout import Rollout, Sample, parallel_rollout, tree_rollout
+from pettingllms_cli.rollout import Rollout, Sample, on_policy_episodes, parallel_rollout, tree_rollout
 from pettingllms_cli.rundir import (
     append_jsonl,
     check_disk_space,
@@ -227,6 +227,10 @@ def collect(team: Team, spec: Experiment, problems: list[Problem], assignment: l
     else:
         rollout = parallel_rollout(team, spec, envs, spec.algorithm.group_size, assignment=assignment)
     rollout.seconds = time.perf_counter() - started
+    if spec.algorithm.rollout == "tree":  # the tree's episodes are best-of-K: measure the policy on its own path
+        rollout.on_policy, rollout.on_policy_tokens = on_policy_episodes(team, spec, envs, rollout)
+    else:  # every parallel episode is already the policy's own
+        rollout.on_policy = rollout.episodes
     return rollout
 
 
@@ -238,6 +242,8 @@ def gather_rollout(rollout: Rollout) -> Rollout:
     seconds = max(distributed.gather([rollout.seconds]))  # ranks sample side by side: the slowest sets the pace
     whole = Rollout(distributed.gather(rollout.samples), distributed.gather(rollout.episodes), tokens, seconds)
     whole.assignment = distributed.gather(rollout.assignment)  # role -> agent of each episode, in episode order
+    whole.on_policy = distributed.gather(rollout.on_policy)
+    whole.on_policy_tokens = int(distributed.all_reduce_sum([rollout.on_policy_tokens])[0])
     return whole
 
 
@@ -272,8 +278,12 @@ def stop_if_stuck(spec: Experiment, state: RunState, run_dir: Path) -> None:
 
 def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str, AgentStats], seconds: float) -> dict:
     """One metrics.jsonl line (DESIGN.md §6 keys); a non-finite value is written as null."""
-    metrics: dict = {"step": step, "episodes": len(rollout.episodes), **episode_metrics(rollout.episodes)}
-    metrics["sample_success_rate"] = _mean([s.team_reward > 0 for s in rollout.samples])
+    played = rollout.on_policy or rollout.episodes  # the policy's own episodes (docs/metrics.md)
+    metrics: dict = {"step": step, "episodes": len(played), **episode_metrics(played)}
+    if spec.algorithm.rollout == "tree":  # the episode AT-GRPO continued: best of K at every action
+        metrics["best_branch_success_rate"] = _mean([e.success for e in rollout.episodes])
+    # What it counts: sampled actions right after which the team reward was > 0 (partial credit included).
+    metrics["sample_team_reward_rate"] = _mean([s.team_reward > 0 for s in rollout.samples])
     by_agent: dict[str, list[Sample]] = defaultdict(list)
     for s in rollout.samples:
         by_agent[s.agent].append(s)
@@ -293,6 +303,7 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
         metrics[f"zero_std_frac/{agent}"] = len(groups & flat) / len(groups) if groups else 0.0
         metrics[f"skipped_updates/{agent}"] = int(st.skipped)
     metrics["tokens_generated"] = rollout.tokens
+    metrics["on_policy_tokens"] = rollout.on_policy_tokens
     metrics["tokens_per_second"] = rollout.tokens / seconds if seconds > 0 else 0.0
     metrics["sampling_tokens_per_second"] = rollout.tokens / rollout.seconds if rollout.seconds > 0 else 0.0
     metrics["seconds"] = round(seconds, 3)
@@ -310,7 +321,8 @@ def _mean(values: list) -> float:
 
 
 def status_line(m: dict) -> str:
-    return f"success {m['team_success_rate']:.2f}  sampled {m['sample_success_rate']:.2f}  {m['tokens_per_second']:.0f} tok/s"
+    best = f"  best-of-K {m['best_branch_success_rate']:.2f}" if "best_branch_success_rate" in m else ""
+    return f"success {m['team_success_rate']:.2f}{best}  {m['tokens_per_second']:.0f} tok/s"
 
 
 def progress_bar(console: Console) -> Progress:

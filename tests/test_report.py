@@ -91,7 +91,8 @@ def run_dir(tmp_path: Path) -> Path:
         row = {
             "step": step,
             "team_success_rate": step / 4,
-            "sample_success_rate": step / 8,
+            "best_branch_success_rate": step / 3,
+            **({"heldout_success_rate": 0.5} if step == 3 else {}),  # train.eval_every: 3
             "tokens_per_second": 10.0,
             "seconds": 2.0,
             "tokens_generated": 50,
@@ -126,7 +127,7 @@ def test_markdown_links_plot_files_and_tables(run_dir):
         assert (run_dir / "plots" / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
     assert "| team success rate | 0.250 | 0.750 |" in md
     assert "| tool_call_validity/tool_caller | 0.500 | 0.500 |" in md
-    assert md.count("\n| 3 | 0.750 |") == 1  # the per-step table has step 3
+    assert md.count("\n| 3 | 0.500 | 0.750 | 1.000 |") == 1  # step 3: held-out, on-policy and best-of-K success
 
 
 def test_episode_rendered_as_conversation_and_escaped(run_dir):

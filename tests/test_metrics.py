@@ -1,0 +1,96 @@
+"""Metrics named for what they measure (docs/metrics.md): on-policy vs best-of-K success on scripted trees.
+
+A scripted team stands in for the models: candidate j of every K-sample is script[role][j], and a
+one-sample draw (the on-policy path off the tree) is script[role][0]. So the tree's best branch can
+solve while the policy's own sample does not, and the metrics must tell them apart.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+import torch
+
+from pettingllms_cli.envs.base import Problem
+from pettingllms_cli.envs.math_tool import MathToolEnv
+from pettingllms_cli.rollout import on_policy_episodes, tree_rollout
+from pettingllms_cli.spec import parse_spec
+from pettingllms_cli.train import step_metrics
+from pettingllms_cli.update import AgentStats
+
+PROBLEM = Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"})
+WRONG, RIGHT, BROKEN = '1+1"}}</tool_call>', '12+7"}}</tool_call>', "oops"
+
+
+class ScriptedTeam:
+    """Stands in for Team: prompts are hashes of the messages; candidate j is script[role][j]; counts generates."""
+
+    def __init__(self, script: dict[str, list[str]], role_of: dict[str, str]):
+        self.script, self.role_of = script, role_of
+        self.generated: list[tuple[str, int]] = []  # (role, k) of every sample_mixed row
+
+    def encode(self, agent, messages):
+        digest = hashlib.sha256(repr(messages).encode()).digest()
+        return list(digest[:8])
+
+    def sample_mixed(self, agents, prompts, k, max_new_tokens, temperature, greedy=False, seeds=None):
+        self.generated += [(self.role_of[a], k) for a in agents]
+        return [[torch.tensor([j]) for j in range(k)] for _ in prompts]
+
+    def decode(self, agent, ids):
+        return self.script[self.role_of[agent]][int(ids[0])]
+
+
+def spec(smoke_tree: dict, layout: str):
+    tree = copy.deepcopy(smoke_tree)
+    tree["env"] |= {"layout": layout, "max_turns": 1, "options": {}}
+    tree["algorithm"]["group_size"] = 2
+    if layout == "single":
+        tree["agents"] = {"solver": {"model": "tiny", "roles": ["solver"]}}
+    return parse_spec(tree)
+
+
+def metrics_of(s, rollout) -> dict:
+    return step_metrics(s, 1, rollout, {a: AgentStats() for a in s.agents}, 1.0)
+
+
+def test_best_branch_solves_where_the_policys_own_sample_does_not(smoke_tree):
+    s = spec(smoke_tree, "single")
+    team = ScriptedTeam({"solver": [WRONG, RIGHT]}, {"solver": "solver"})
+    envs = [MathToolEnv(PROBLEM, "single", 1, {})]
+    rollout = tree_rollout(team, s, envs, k=2)
+    rollout.on_policy, rollout.on_policy_tokens = on_policy_episodes(team, s, envs, rollout)
+    m = metrics_of(s, rollout)
+    assert m["best_branch_success_rate"] == 1.0  # the tree kept the right candidate
+    assert m["team_success_rate"] == 0.0  # the policy's own draw (candidate 0) was wrong
+    assert m["mean_attempts_to_success"] is None and m["solved_episodes"] == 0
+    # One role, one turn: the on-policy episode reused the tree's draw, nothing more was generated.
+    assert team.generated == [("solver", 2)] and rollout.on_policy_tokens == 0
+
+
+def test_the_on_policy_path_samples_its_own_actions_once_it_leaves_the_tree(smoke_tree):
+    s = spec(smoke_tree, "multi")
+    script = {"tool_caller": [BROKEN, RIGHT], "verifier": ["19", "19"]}
+    team = ScriptedTeam(script, {"caller": "tool_caller", "verifier": "verifier"})
+    envs = [MathToolEnv(PROBLEM, "multi", 1, {})]
+    rollout = tree_rollout(team, s, envs, k=2)
+    before = len(team.generated)
+    rollout.on_policy, rollout.on_policy_tokens = on_policy_episodes(team, s, envs, rollout)
+    # The tree went on from the call that ran; the on-policy episode from the broken one, so its verifier
+    # saw another calculator result and drew its own answer (one sample, k=1).
+    assert team.generated[before:] == [("verifier", 1)] and rollout.on_policy_tokens == 1
+    episode = rollout.on_policy[0]
+    assert [t["text"] for t in episode.transcript][0].endswith(BROKEN)
+    m = metrics_of(s, rollout)
+    assert (m["best_branch_success_rate"], m["team_success_rate"]) == (1.0, 1.0)  # "19" is right either way
+    assert not envs[0].transcript  # the envs handed in stay unplayed
+
+
+def test_parallel_rollouts_have_no_best_branch_key(smoke_tree):
+    tree = copy.deepcopy(smoke_tree)
+    tree["algorithm"]["rollout"] = "parallel"
+    s = parse_spec(tree)
+    from pettingllms_cli.rollout import Rollout
+
+    assert "best_branch_success_rate" not in metrics_of(s, Rollout())

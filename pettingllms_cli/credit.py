@@ -1,34 +1,61 @@
 """Hierarchical reward (DESIGN.md §5): r = team_weight * R_team + local_weight * r_local.
 
-With `credit: difference` the local term is a counterfactual: the team reward after the
-agent's action minus the team reward after a no-op (the empty action) in the same state, so
-an action that does not change the team outcome earns no local reward.
+R_team of an action is the team outcome the action leads to. With `reward.team_signal:
+turn_end` (the default) that is the team reward at the end of the action's turn: under `tree`
+rollouts each of the K candidates' branches is played on, on a copy, to the end of the turn with
+one sample per later role (rollout.py, `play_out`), batched over every candidate of every problem
+in one generate per later role. The play-outs of one problem share their seeds (common random
+numbers), so two candidates' outcomes differ only through what each candidate changed. A planner
+or a tester, whose action cannot move the team reward until a later role acts, so gets a team
+signal that tells its K candidates apart. `immediate` takes the team reward right after the action
+(no extra samples; for such roles it is the same stale value for all K candidates).
+
+With `credit: difference` the local term is a counterfactual: R_team of the action minus R_team of a
+no-op (the empty action) in the same state, the no-op played on with the same continuation (same
+later roles, same seeds). An action that does not change the team outcome earns no local reward.
+
+Cost in sampled tokens, per problem and turn, with R roles in the turn, K = group_size and at
+most `max_new_tokens` per action: tree sampling itself samples R*K actions; `turn_end` adds
+K*R(R-1)/2 (one action per later role for each candidate), plus R(R-1)/2 for the no-op's play-outs
+under `difference`. With two roles that is K more (3K instead of 2K, x1.5) and one more under
+`difference`; with one role, or K = 1 (evaluation), nothing. Those actions count in
+`tokens_generated` (and `Rollout.lookahead_tokens`) and are not trained: one sample per
+candidate is not a group. Envs that score by running code (code_v0) also run the sandbox once per
+play-out.
+
+Under `parallel` rollouts the team term is the episode's final success already; with `difference`
+the no-op is played on to the turn's end with the seeds of the episode's own later actions
+(R(R-1)/2 extra actions per episode and turn) and compared with the team reward the episode itself
+had at that turn's end.
+
+Not chosen: returning the chosen branch's later outcome (discounted) to the earlier roles. Only the
+chosen candidate has a later outcome, so it cannot tell the K candidates of a group apart.
 """
 
 from __future__ import annotations
 
-from pettingllms_cli.envs.base import StepResult, TurnEnv
 from pettingllms_cli.spec import Experiment
 
 NOOP = ""  # the default action: every env scores it as a valid but useless action
 
 
-def noop_team_reward(spec: Experiment, env: TurnEnv, role: str) -> float | None:
-    """The team reward a no-op would get here (on a copy), or None when credit is not `difference`."""
-    if spec.reward.credit != "difference":
-        return None
-    return env.copy().step(role, NOOP).team_reward
+def plays_on(spec: Experiment, k: int) -> bool:
+    """Whether a candidate's team term comes from playing its branch on to the end of the turn.
 
-
-def local_term(res: StepResult, noop_team: float | None) -> float:
-    """The local reward credited to an action: the env's own, or its difference to the no-op.
-
-    >>> local_term(StepResult(0.1, 1.0, True, False), None)
-    0.1
-    >>> local_term(StepResult(0.1, 1.0, True, False), 1.0)
-    0.0
+    A single candidate (k = 1: evaluation) has nothing to compare with, so it is not played on.
     """
-    return res.local_reward if noop_team is None else res.team_reward - noop_team
+    return spec.reward.team_signal == "turn_end" and k > 1
+
+
+def local_term(env_local: float, team: float, noop_team: float | None) -> float:
+    """The local reward credited to an action: the env's own, or its team outcome minus the no-op's.
+
+    >>> local_term(0.1, 1.0, None)
+    0.1
+    >>> local_term(0.1, 1.0, 0.0), local_term(0.1, 1.0, 1.0)
+    (1.0, 0.0)
+    """
+    return env_local if noop_team is None else team - noop_team
 
 
 def combine(spec: Experiment, team_reward: float, local_reward: float) -> float:

@@ -3,6 +3,10 @@
 `tree` (AT-GRPO): at each (turn, role), K candidates per env, each stepped on a copy of the
 env; the K share one prompt and form the group (problem, role, turn); the episode continues
 from the best branch. Roles act in turn order, so role i+1 sees role i's chosen action.
+A candidate's team term is the team reward its branch reaches at the end of the turn, when one
+sample per later role plays it on (`play_out`, `reward.team_signal: turn_end`; credit.py has the
+design and its token cost); the play-outs are scored, not trained, and the groups stay (problem,
+role, turn).
 Each episode has its own role -> agent assignment (roles.py); the default is the static one.
 `parallel`: K independent episodes per problem; an agent's samples are scored by their
 episode's final reward and grouped by (problem, agent).
@@ -16,12 +20,13 @@ intent per episode and turn gives a group of one, with no signal).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from pettingllms_cli import coordination
-from pettingllms_cli.credit import combine, local_term, noop_team_reward
+from pettingllms_cli.credit import NOOP, combine, local_term, plays_on
 from pettingllms_cli.envs.base import Message, StepResult, TurnEnv
 from pettingllms_cli.policy import Team
 from pettingllms_cli.roles import Assignment
@@ -57,6 +62,7 @@ class Rollout:
     intents: list[Sample] = field(default_factory=list)  # trainable intent declarations (`parallel` + intent protocol)
     on_policy: list[TurnEnv] = field(default_factory=list)  # one episode per problem played by the policy (on_policy_episodes)
     on_policy_tokens: int = 0  # tokens sampled for those episodes beyond the tree's own (not in `tokens`, not trained)
+    lookahead_tokens: int = 0  # of `tokens`: those sampled to play branches on to the turn's end (credit.py)
 
 
 Candidates = list[tuple[str, torch.Tensor]]  # (text, ids) of each sampled continuation
@@ -123,15 +129,105 @@ def _declare_intents(
     return declared
 
 
-def _local(spec: Experiment, res: StepResult, noop: float | None) -> float:
+def _local(spec: Experiment, res: StepResult, team: float, noop: float | None) -> float:
     """The action's credited local term, plus the agreement bonus when it did what its intent said."""
-    return local_term(res, noop) + spec.coordination.agreement_bonus * float(res.info.get("intent_agrees", False))
+    return local_term(res.local_reward, team, noop) + spec.coordination.agreement_bonus * float(
+        res.info.get("intent_agrees", False)
+    )
 
 
-def _sample(agent, role, turn, group, prompt, ids, text, obs, res: StepResult | None = None, local=0.0, reward=0.0) -> Sample:
-    """One action of `role` at `turn` (an intent when there is no StepResult); group[0] is the problem id."""
+def play_out(
+    team: Team,
+    spec: Experiment,
+    starts: list[tuple[TurnEnv, StepResult]],
+    agents_of: list[Assignment],
+    seed_of: Callable[[int, str], int],
+    later: tuple[str, ...],
+    greedy: bool,
+    rollout: Rollout,
+) -> list[float]:
+    """The team reward each start (a branch and the result of its last step) has at the end of its turn.
+
+    Each start is played on, on a copy, by one sample of each of the `later` roles of the turn; every
+    start's action of one role comes from one batched generate. Start j's draws for `role` come from
+    `seed_of(j, role)`: starts of one problem share it, so their outcomes differ only through their state.
+    """
+    outcome = [res.team_reward for _, res in starts]
+    probes = [env.copy() for env, _ in starts] if later else []
+    before = rollout.tokens
+    for role in later:
+        live = [j for j, probe in enumerate(probes) if not probe.done]
+        if not live:
+            break
+        observations = [probes[j].view(role) for j in live]
+        agents = [agents_of[j][role] for j in live]
+        acted = _act(team, spec, observations, agents, 1, greedy, rollout, [seed_of(j, role) for j in live])
+        for j, (_, [(text, _)]) in zip(live, acted, strict=True):
+            outcome[j] = probes[j].step(role, text).team_reward
+    rollout.lookahead_tokens += rollout.tokens - before
+    return outcome
+
+
+def _sample(
+    agent, role, turn, group, prompt, ids, text, obs, res: StepResult | None = None, local=0.0, reward=0.0, team=None
+) -> Sample:
+    """One action of `role` at `turn` (an intent when there is no StepResult); group[0] is the problem id.
+
+    `team`: the credited team term when it is not the team reward right after the action (a play-out's).
+    """
     team_reward, env_local = (res.team_reward, res.local_reward) if res is not None else (0.0, 0.0)
+    team_reward = team_reward if team is None else team
     return Sample(agent, role, turn, group[0], group, prompt, ids, text, reward, team_reward, local, 0.0, env_local, obs)
+
+
+def _stepped(env: TurnEnv, role: str, text: str) -> tuple[TurnEnv, StepResult]:
+    """A copy of env after `role` plays `text`, and that step's result (env itself is untouched)."""
+    branch = env.copy()
+    return branch, branch.step(role, text)
+
+
+def _play_out_seeds(base: int, problem_ids: list[str], role: str, turn: int) -> Callable[[int, str], int]:
+    """Seeds of the play-outs after `role`'s candidates: one per (problem, later role), shared by its candidates and no-op."""
+    return lambda j, later: row_seed(base, problem_ids[j], role, turn, "play_out", later)
+
+
+def _tree_step(
+    team: Team,
+    spec: Experiment,
+    envs: list[TurnEnv],
+    role: str,
+    later: tuple[str, ...],
+    turn: int,
+    k: int,
+    greedy: bool,
+    base: int,
+    rollout: Rollout,
+) -> None:
+    """One (turn, role) of tree sampling: K candidates per unfinished env, each scored by the team outcome its
+    branch reaches (played on by the `later` roles), and each env replaced by its best branch."""
+    active = [i for i, env in enumerate(envs) if not env.done]
+    observations = [envs[i].view(role) for i in active]
+    agents = [rollout.assignment[i][role] for i in active]
+    seeds = [row_seed(base, envs[i].problem.id, role, turn) for i in active]
+    acted = _act(team, spec, observations, agents, k, greedy, rollout, seeds)
+    branches = [[_stepped(envs[i], role, text) for text, _ in cands] for i, (_, cands) in zip(active, acted, strict=True)]
+    noops = [_stepped(envs[i], role, NOOP) for i in active] if spec.reward.credit == "difference" else []
+    starts = [b for per_env in branches for b in per_env] + noops  # every candidate of every env, then the no-ops
+    owner = [i for i, per_env in zip(active, branches, strict=True) for _ in per_env] + (active if noops else [])
+    seed_of = _play_out_seeds(base, [envs[i].problem.id for i in owner], role, turn)
+    outcome = play_out(team, spec, starts, [rollout.assignment[i] for i in owner], seed_of, later, greedy, rollout)
+    noop_of = dict(zip(active, outcome[len(outcome) - len(noops) :], strict=True)) if noops else {}
+    at = 0
+    for i, obs, agent, (prompt, candidates), stepped in zip(active, observations, agents, acted, branches, strict=True):
+        rewards = []
+        for (text, ids), (_, res) in zip(candidates, stepped, strict=True):
+            team_term, at = outcome[at], at + 1
+            local = _local(spec, res, team_term, noop_of.get(i))
+            reward = combine(spec, team_term, local)
+            group = (envs[i].problem.id, role, turn)
+            rollout.samples.append(_sample(agent, role, turn, group, prompt, ids, text, obs, res, local, reward, team_term))
+            rewards.append(reward)
+        envs[i] = stepped[max(range(len(rewards)), key=rewards.__getitem__)][0]  # continue from the best branch
 
 
 def tree_rollout(
@@ -146,30 +242,41 @@ def tree_rollout(
     for turn in range(spec.env.max_turns):
         keys = [(base, env.problem.id) for env in envs]
         _declare_intents(team, spec, envs, rollout.assignment, keys, turn, greedy, rollout)
-        for role in envs[0].possible_agents:
-            active = [i for i, env in enumerate(envs) if not env.done]
-            if not active:
+        roles = envs[0].possible_agents
+        for r, role in enumerate(roles):
+            if all(env.done for env in envs):
                 break
-            observations = [envs[i].view(role) for i in active]
-            agents = [rollout.assignment[i][role] for i in active]
-            seeds = [row_seed(base, envs[i].problem.id, role, turn) for i in active]
-            acted = _act(team, spec, observations, agents, k, greedy, rollout, seeds)
-            for i, obs, agent, (prompt, candidates) in zip(active, observations, agents, acted, strict=True):
-                env = envs[i]
-                noop = noop_team_reward(spec, env, role)
-                branches, rewards = [], []
-                for text, ids in candidates:
-                    branch = env.copy()
-                    res = branch.step(role, text)
-                    local = _local(spec, res, noop)
-                    reward = combine(spec, res.team_reward, local)
-                    group = (env.problem.id, role, turn)
-                    rollout.samples.append(_sample(agent, role, turn, group, prompt, ids, text, obs, res, local, reward))
-                    branches.append(branch)
-                    rewards.append(reward)
-                envs[i] = branches[max(range(len(rewards)), key=rewards.__getitem__)]
+            later = roles[r + 1 :] if plays_on(spec, k) else ()  # the roles a candidate's branch is played on by
+            _tree_step(team, spec, envs, role, later, turn, k, greedy, base, rollout)
     rollout.episodes = envs
     return rollout
+
+
+def _parallel_noops(
+    team: Team,
+    spec: Experiment,
+    episodes: list[TurnEnv],
+    active: list[int],
+    role: str,
+    later: tuple[str, ...],
+    turn: int,
+    base: int,
+    k: int,
+    rollout: Rollout,
+) -> dict[int, float]:
+    """Under `difference`: each active episode's no-op team outcome for `role`, {} otherwise.
+
+    With `turn_end` the no-op is played on with the seeds of the episode's own later actions, so it
+    differs from the episode only through the action it replaces.
+    """
+    if spec.reward.credit != "difference":
+        return {}
+    noops = [_stepped(episodes[i], role, NOOP) for i in active]
+    ids = [episodes[i].problem.id for i in active]
+    seed_of = lambda j, later_role: row_seed(base, ids[j], later_role, turn, active[j] % k)  # noqa: E731  the episode's own draw
+    later = later if plays_on(spec, k) else ()
+    outcome = play_out(team, spec, noops, [rollout.assignment[i] for i in active], seed_of, later, False, rollout)
+    return dict(zip(active, outcome, strict=True))
 
 
 def parallel_rollout(
@@ -189,7 +296,10 @@ def parallel_rollout(
         declared = _declare_intents(team, spec, episodes, rollout.assignment, keys, turn, False, rollout)
         for i, own in enumerate(declared):
             intents[i] += own
-        for role in episodes[0].possible_agents:
+        roles = episodes[0].possible_agents
+        turn_end = [0.0] * len(episodes)  # each episode's team reward after its latest action of this turn
+        pending: list[tuple[int, Sample, StepResult, float]] = []  # difference credit settled at the turn's end
+        for r, role in enumerate(roles):
             active = [i for i, env in enumerate(episodes) if not env.done]
             if not active:
                 break
@@ -197,12 +307,18 @@ def parallel_rollout(
             agents = [rollout.assignment[i][role] for i in active]
             seeds = [row_seed(base, episodes[i].problem.id, role, turn, i % k) for i in active]  # i % k: episode of its problem
             acted = _act(team, spec, observations, agents, 1, False, rollout, seeds)
+            noop_of = _parallel_noops(team, spec, episodes, active, role, roles[r + 1 :], turn, base, k, rollout)
             for i, obs, agent, (prompt, [(text, ids)]) in zip(active, observations, agents, acted, strict=True):
                 env = episodes[i]
-                noop = noop_team_reward(spec, env, role)
                 res = env.step(role, text)
-                group = (env.problem.id, agent)
-                per_episode[i].append(_sample(agent, role, turn, group, prompt, ids, text, obs, res, _local(spec, res, noop)))
+                turn_end[i] = res.team_reward
+                sample = _sample(agent, role, turn, (env.problem.id, agent), prompt, ids, text, obs, res)
+                sample.local_reward = _local(spec, res, res.team_reward, noop_of.get(i))
+                per_episode[i].append(sample)
+                if i in noop_of and plays_on(spec, k):
+                    pending.append((i, sample, res, noop_of[i]))
+        for i, sample, res, noop in pending:  # the action's team outcome: the episode's team reward at the turn's end
+            sample.local_reward = _local(spec, res, turn_end[i], noop)
     for env, samples, declared in zip(episodes, per_episode, intents, strict=True):
         for agent in {s.agent for s in samples}:
             own = [s for s in samples if s.agent == agent]

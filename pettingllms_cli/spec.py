@@ -67,8 +67,18 @@ class RewardSpec(Strict):
     local_weight: float = Field(0.5, ge=0, description="Weight of the role's own (local) reward.")
     credit: Literal["none", "difference"] = Field(
         "none",
-        description="Local term: `none` uses the env's own local reward; `difference` uses the team reward after the "
-        "agent's action minus the team reward after a no-op (empty) action in the same state, so a useless action earns 0.",
+        description="Local term: `none` uses the env's own local reward; `difference` uses the team outcome of the "
+        "agent's action minus the team outcome of a no-op (empty) action in the same state, played on the same way "
+        "(see team_signal), so an action that does not change the team outcome earns 0. Needs a no-op for every role.",
+    )
+    team_signal: Literal["turn_end", "immediate"] = Field(
+        "turn_end",
+        description="The team outcome an action is credited with. `turn_end`: under `tree`, each of the K candidates' "
+        "branches is played on to the end of the turn with one sample per later role (batched; one problem's play-outs "
+        "share seeds) and scored there, so a planner or tester, whose action only matters once later roles act, is told "
+        "apart by what it causes. Cost: K*R(R-1)/2 extra sampled actions per problem and turn for R roles (two roles: "
+        "x1.5 tokens), + R(R-1)/2 for the no-op under `difference`; not trained; none with one role. `immediate`: the "
+        "team reward right after the action (no extra samples; stale for roles whose effect comes later).",
     )
 
 
@@ -216,6 +226,7 @@ class Experiment(Strict):
                 f"coordination.protocol: `intent` broadcasts to the other roles, and {self.env.name} ({self.env.layout}) has "
                 f"one role; use a multi-role layout or protocol: none"
             )
+        self._check_credit(ENVS[self.env.name], roles)
         if self.assignment.mode != "static" and len(self.agents) < 2:
             raise ValueError(f"assignment.mode: {self.assignment.mode!r} needs at least two agents; use `static` with one agent")
         for i, d in enumerate(self.distill):
@@ -224,6 +235,24 @@ class Experiment(Strict):
                     raise ValueError(f"distill.{i}: no agent {agent!r}; agents are {sorted(self.agents)}")
             if d.source in d.targets:
                 raise ValueError(f"distill.{i}.targets: {d.source!r} is the source; an agent cannot distil into itself")
+
+    def _check_credit(self, env_cls: Any, roles: tuple[str, ...]) -> None:
+        """Difference credit needs a no-op for every role, and a team outcome that a deferred role can change."""
+        if self.reward.credit != "difference":
+            return
+        where = f"{self.env.name} ({self.env.layout})"
+        no_noop = [r for r in roles if r in env_cls.no_noop_roles]
+        if no_noop:
+            raise ValueError(
+                f"reward.credit: `difference` compares each action with a no-op, and role(s) {no_noop} of {where} have none "
+                "(their empty action is not a useless one); use credit: none"
+            )
+        deferred = [r for r in roles if r in env_cls.deferred_roles]
+        if deferred and self.reward.team_signal == "immediate":
+            raise ValueError(
+                f"reward.credit: `difference` with team_signal `immediate` gives role(s) {deferred} of {where} exactly 0: "
+                "their action changes the team reward only once a later role acts; use team_signal: turn_end"
+            )
 
     @property
     def run_dir(self) -> Path:

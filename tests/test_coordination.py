@@ -105,7 +105,9 @@ def test_every_role_declares_before_anyone_acts_and_sees_earlier_intents(smoke_t
     team = ScriptedTeam(INTENTS, ACTIONS)
     rollout = tree_rollout(team, spec, [env(spec)], k=2)
     kinds = [(kind, role) for kind, role, _ in team.seen]
-    assert kinds == [("intent", "tool_caller"), ("intent", "verifier"), ("action", "tool_caller"), ("action", "verifier")]
+    acts = [("action", "tool_caller"), *[("action", "verifier")] * 3]  # the caller's 2 candidates' play-outs, the verifier
+    assert kinds == [("intent", "tool_caller"), ("intent", "verifier"), *acts]
+    assert "tool_caller: compute 12+7" in team.seen[3][2][-2]["content"]  # a play-out sees the turn's intents too
     verifier_intent_prompt = team.seen[1][2][-2]["content"]
     assert "tool_caller: compute 12+7" in verifier_intent_prompt and coordination.ASK in verifier_intent_prompt
     caller_action_prompt = team.seen[2][2]

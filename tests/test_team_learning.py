@@ -18,6 +18,7 @@ from pettingllms_cli.rollout import Sample, parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.update import update
 from tests.conftest import run_cli
+from tests.scripted import ScriptedTeam as Scripted
 
 PROBLEMS = [
     Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"}),
@@ -25,22 +26,18 @@ PROBLEMS = [
 ]
 
 
-class ScriptedTeam:
-    """Stands in for Team in rollouts: candidate j of a role is `script[role][j]` (text after the prefill)."""
+def _math_role(messages: list[dict]) -> str:
+    return "verifier" if messages[0]["content"].startswith("Check") else "tool_caller"
 
-    def __init__(self, script: dict[str, list[str]]):
-        self.script = script
-        self.role = ""
 
-    def encode(self, agent, messages):
-        self.role = "verifier" if messages[0]["content"].startswith("Check") else "tool_caller"
-        return [1, 2, 3]
+def ScriptedTeam(script):  # noqa: N802  the math team of these tests
+    return Scripted(script, _math_role)
 
-    def sample_mixed(self, agents, prompts, k, max_new_tokens, temperature, greedy=False, seeds=None):
-        return [[torch.tensor([j]) for j in range(k)] for _ in prompts]
 
-    def decode(self, agent, ids):
-        return self.script[self.role][int(ids[0])]
+def copy_calculator(messages: list[dict]) -> str:
+    """A verifier that states the calculator's result (nothing when there is none)."""
+    calc = messages[1]["content"].rsplit("Calculator: ", 1)[-1]
+    return calc.rsplit("= ", 1)[-1] if "= " in calc else ""
 
 
 def _spec(tree: dict, **changes) -> object:
@@ -58,7 +55,8 @@ def _envs(spec):
     return [MathToolEnv(p, "multi", spec.env.max_turns, spec.env.options) for p in PROBLEMS]
 
 
-CALLS = {"tool_caller": ['12+7"}}</tool_call>', "xx"], "verifier": ["5", "zz"]}  # right/garbage call; two wrong answers
+# Right/garbage call; the verifier (and its play-out, candidate 0) copies the calculator, or says 5.
+CALLS = {"tool_caller": ['12+7"}}</tool_call>', "xx"], "verifier": [copy_calculator, "5"]}
 
 
 # --- (a) hierarchical reward -------------------------------------------------------------------
@@ -66,12 +64,14 @@ def test_difference_credit_gives_zero_to_an_action_that_changes_nothing(smoke_tr
     spec = _spec(smoke_tree, reward__credit="difference", env__max_turns=1, algorithm__group_size=2)
     samples = tree_rollout(ScriptedTeam(CALLS), spec, _envs(spec)[:1], k=2).samples
     good, garbage = [s for s in samples if s.role == "tool_caller"]
-    assert good.team_reward == 1.0 and good.local_reward == 1.0  # the right call made the team's value right
+    assert good.team_reward == 1.0 and good.local_reward == 1.0  # the verifier's play-out turned the right call into success
     assert garbage.team_reward == 0.0 and garbage.local_reward == 0.0  # no better than a no-op
     assert garbage.env_local_reward == pytest.approx(-0.1)  # the env's own local term is kept for logging
-    verifier = [s for s in samples if s.role == "verifier"]
-    assert len(verifier) == 2 and all(s.local_reward == 0.0 for s in verifier)  # wrong either way: no credit
-    assert all(s.reward == pytest.approx(spec.reward.team_weight * s.team_reward) for s in verifier)
+    copied, five = [s for s in samples if s.role == "verifier"]  # after the right call, the best branch
+    assert (copied.team_reward, copied.local_reward) == (1.0, 1.0)  # a no-op answer would have failed
+    assert (five.team_reward, five.local_reward) == (0.0, 0.0)  # wrong: no better than the no-op
+    w = spec.reward
+    assert all(s.reward == pytest.approx(w.team_weight * s.team_reward + w.local_weight * s.local_reward) for s in samples)
 
 
 def test_credit_none_keeps_the_env_local_reward(smoke_tree):

@@ -102,6 +102,7 @@ def stub(entry: str) -> str:
 class CodeEnv(TurnEnv):
     name = "code_v0"
     layouts = {"multi": ("tester", "coder"), "single": ("coder",)}
+    deferred_roles = frozenset({"tester"})  # the team reward moves only once the coder acts
 
     def _reset_task(self) -> None:
         self.code: str | None = None

@@ -122,6 +122,7 @@ def signature(fn: dict) -> str:
 class FunctionCallEnv(TurnEnv):
     name = "function_call_v0"
     layouts = {"multi": ("planner", "caller"), "single": ("caller",)}
+    deferred_roles = frozenset({"planner"})  # the team reward moves only once the caller acts
 
     def _reset_task(self) -> None:
         self.chosen: str | None = None  # the planner's function

@@ -157,15 +157,45 @@ def load_problems(spec: Experiment) -> tuple[list[Problem], list[Problem]]:
 
 
 def problems_for_step(problems: list[Problem], spec: Experiment, step: int) -> list[Problem]:
-    """The step's batch: epochs over a seeded permutation, so the cursor is a function of the step."""
-    n = spec.train.problems_per_step
-    batch = []
+    """The step's batch: epochs over seeded permutations, so the cursor is a function of the step.
+
+    No problem appears twice in one step: a batch that crosses an epoch boundary would otherwise
+    draw a problem of the old epoch's tail again from the new epoch's head (two copies share an id
+    and seeds, so they would merge into one group of 2K identical samples). With more
+    `problems_per_step` than problems, each step holds every problem once.
+    """
+    size, n = len(problems), spec.train.problems_per_step
+    if n >= size:
+        order = list(range(size))
+        random.Random(spec.seed * 7919 + step).shuffle(order)
+        return [problems[i] for i in order]
+    batch, orders = [], {}
     for i in range(step * n, (step + 1) * n):
-        epoch, pos = divmod(i, len(problems))
-        order = list(range(len(problems)))
-        random.Random(spec.seed * 7919 + epoch).shuffle(order)
-        batch.append(problems[order[pos]])
+        epoch, pos = divmod(i, size)
+        if epoch not in orders:
+            orders[epoch] = epoch_order(size, n, spec.seed, epoch)
+        batch.append(problems[orders[epoch][pos]])
     return batch
+
+
+def epoch_order(size: int, n: int, seed: int, epoch: int) -> list[int]:
+    """The order of problem indices in `epoch` (batches of n < size): a seeded shuffle, with the problems
+    that share its first batch with the previous epoch's tail moved to its end.
+
+    >>> order = [epoch_order(5, 3, 0, e) for e in range(3)]
+    >>> stream = [i for o in order for i in o]
+    >>> all(len(set(stream[s : s + 3])) == 3 for s in range(0, 15, 3))
+    True
+    >>> all(sorted(o) == [0, 1, 2, 3, 4] for o in order)
+    True
+    """
+    order: list[int] = []
+    for e in range(epoch + 1):
+        tail = set(order[size - (e * size) % n :]) if e and (e * size) % n else set()  # in the boundary batch
+        order = list(range(size))
+        random.Random(seed * 7919 + e).shuffle(order)
+        order = [i for i in order if i not in tail] + [i for i in order if i in tail]
+    return order
 
 
 def data_fingerprint(problems: list[Problem]) -> str:

@@ -3,7 +3,11 @@
 Text level: the source's observation (chat messages) is re-encoded with the target's tokenizer
 and template, and the source's action text is the completion, so it works across tokenizers.
 Every `every` steps, after the RL update, each target takes one extra optimizer step on
-`weight` x the token-mean negative log-likelihood of the source's `top_k` best samples.
+`weight` x the token-mean negative log-likelihood of the source's `top_k` best samples. A sample
+qualifies only if the team had solved the problem when its turn ended (`Sample.team_success`;
+`require_success: false` relaxes this to reward > 0) and it was not cut off at `max_new_tokens`:
+a well-formed but wrong call, or half an answer, is not something to imitate. The target's EOS
+ends a target only when the source's sample ended with its own EOS.
 """
 
 from __future__ import annotations
@@ -17,14 +21,30 @@ from pettingllms_cli.policy import Team, group_logprobs
 from pettingllms_cli.rollout import Sample
 
 
-def best_trajectories(samples: list[Sample], source: str, top_k: int) -> list[Sample]:
-    """The source's top_k distinct samples by reward (reward > 0).
+def is_truncated(completion: torch.Tensor, eos: int | None, max_new_tokens: int) -> bool:
+    """Sampling stopped at the token limit, not at EOS (completions are cut after their first EOS).
+
+    >>> [is_truncated(torch.tensor(ids), 2, 3) for ids in ([5, 6, 2], [5, 6, 7], [5])]
+    [False, True, False]
+    """
+    return len(completion) >= max_new_tokens and (eos is None or int(completion[-1]) != eos)
+
+
+def best_trajectories(
+    samples: list[Sample], source: str, top_k: int, truncated: set[int] = frozenset(), require_success: bool = True
+) -> list[Sample]:
+    """The source's top_k distinct samples by reward among those that led the team to success (reward > 0 when
+    not `require_success`), leaving out those whose index in `samples` is in `truncated`.
 
     Ties are broken by (problem, turn, role, text), not by list order, so the choice is the same
     however the step's samples were gathered (one process, or several ranks in rank order).
     """
     seen, best = set(), []
-    mine = (s for s in samples if s.agent == source and s.reward > 0)
+    mine = (
+        s
+        for i, s in enumerate(samples)
+        if s.agent == source and s.reward > 0 and (s.team_success or not require_success) and i not in truncated
+    )
     for s in sorted(mine, key=lambda s: (-s.reward, s.problem_id, s.turn, s.role, s.text)):
         key = (repr(s.messages), s.text)
         if key not in seen:
@@ -34,12 +54,14 @@ def best_trajectories(samples: list[Sample], source: str, top_k: int) -> list[Sa
 
 
 def encode_pair(team: Team, agent: str, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
-    """(prompt [Lp], completion [1, Lc]) of a sample, in `agent`'s tokenizer; the completion ends with EOS."""
+    """(prompt [Lp], completion [1, Lc]) of a sample, in `agent`'s tokenizer; it ends with EOS when the source's did."""
     messages = sample.messages
     prefill = messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
     tokenizer = team.tokenizer_of(agent)
     action = sample.text[len(prefill) :] if sample.text.startswith(prefill) else sample.text
-    ids = tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    source_eos = team.tokenizer_of(sample.agent).eos_token_id
+    ended = len(sample.completion) > 0 and int(sample.completion[-1]) == source_eos
+    ids = tokenizer(action, add_special_tokens=False)["input_ids"] + ([tokenizer.eos_token_id] if ended else [])
     return torch.tensor(team.encode(agent, messages)), torch.tensor([ids])
 
 
@@ -85,7 +107,9 @@ def distill(team: Team, samples: list[Sample], step: int) -> dict[str, float]:
     for d in team.spec.distill:
         if (step + 1) % d.every:
             continue
-        best = best_trajectories(samples, d.source, d.top_k)
+        eos, limit = team.tokenizer_of(d.source).eos_token_id, team.spec.train.max_new_tokens
+        cut = {i for i, s in enumerate(samples) if s.agent == d.source and is_truncated(s.completion, eos, limit)}
+        best = best_trajectories(samples, d.source, d.top_k, cut, d.require_success)
         for target in sorted(d.targets):
             if best:
                 losses[f"distill_loss/{target}"] = distill_step(team, target, best, d.weight)

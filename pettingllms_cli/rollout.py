@@ -50,6 +50,7 @@ class Sample:
     advantage: float = 0.0
     env_local_reward: float = 0.0  # the env's own local reward, whatever the credit
     messages: list[Message] = field(default_factory=list)  # the observation (text level, for distillation)
+    team_success: bool = False  # the team had solved the problem once this action's turn (tree) or episode (parallel) ended
 
 
 @dataclass
@@ -145,15 +146,16 @@ def play_out(
     later: tuple[str, ...],
     greedy: bool,
     rollout: Rollout,
-) -> list[float]:
-    """The team reward each start (a branch and the result of its last step) has at the end of its turn.
+) -> tuple[list[float], list[bool]]:
+    """The team reward each start (a branch and the result of its last step) has at the end of its turn, and
+    whether the team had solved the problem by then.
 
     Each start is played on, on a copy, by one sample of each of the `later` roles of the turn; every
     start's action of one role comes from one batched generate. Start j's draws for `role` come from
     `seed_of(j, role)`: starts of one problem share it, so their outcomes differ only through their state.
     """
     outcome = [res.team_reward for _, res in starts]
-    probes = [env.copy() for env, _ in starts] if later else []
+    probes = [env.copy() for env, _ in starts] if later else [env for env, _ in starts]
     before = rollout.tokens
     for role in later:
         live = [j for j, probe in enumerate(probes) if not probe.done]
@@ -165,7 +167,7 @@ def play_out(
         for j, (_, [(text, _)]) in zip(live, acted, strict=True):
             outcome[j] = probes[j].step(role, text).team_reward
     rollout.lookahead_tokens += rollout.tokens - before
-    return outcome
+    return outcome, [probe.success for probe in probes]
 
 
 def _sample(
@@ -215,17 +217,18 @@ def _tree_step(
     starts = [b for per_env in branches for b in per_env] + noops  # every candidate of every env, then the no-ops
     owner = [i for i, per_env in zip(active, branches, strict=True) for _ in per_env] + (active if noops else [])
     seed_of = _play_out_seeds(base, [envs[i].problem.id for i in owner], role, turn)
-    outcome = play_out(team, spec, starts, [rollout.assignment[i] for i in owner], seed_of, later, greedy, rollout)
+    outcome, solved = play_out(team, spec, starts, [rollout.assignment[i] for i in owner], seed_of, later, greedy, rollout)
     noop_of = dict(zip(active, outcome[len(outcome) - len(noops) :], strict=True)) if noops else {}
     at = 0
     for i, obs, agent, (prompt, candidates), stepped in zip(active, observations, agents, acted, branches, strict=True):
         rewards = []
         for (text, ids), (_, res) in zip(candidates, stepped, strict=True):
-            team_term, at = outcome[at], at + 1
+            team_term, success, at = outcome[at], solved[at], at + 1
             local = _local(spec, res, team_term, noop_of.get(i))
             reward = combine(spec, team_term, local)
             group = (envs[i].problem.id, role, turn)
             rollout.samples.append(_sample(agent, role, turn, group, prompt, ids, text, obs, res, local, reward, team_term))
+            rollout.samples[-1].team_success = success
             rewards.append(reward)
         envs[i] = stepped[max(range(len(rewards)), key=rewards.__getitem__)][0]  # continue from the best branch
 
@@ -275,7 +278,7 @@ def _parallel_noops(
     ids = [episodes[i].problem.id for i in active]
     seed_of = lambda j, later_role: row_seed(base, ids[j], later_role, turn, active[j] % k)  # noqa: E731  the episode's own draw
     later = later if plays_on(spec, k) else ()
-    outcome = play_out(team, spec, noops, [rollout.assignment[i] for i in active], seed_of, later, False, rollout)
+    outcome, _ = play_out(team, spec, noops, [rollout.assignment[i] for i in active], seed_of, later, False, rollout)
     return dict(zip(active, outcome, strict=True))
 
 
@@ -325,6 +328,7 @@ def parallel_rollout(
             local = sum(s.local_reward for s in own) / len(own)
             for s in own + [d for d in declared if d.agent == agent]:
                 s.reward = combine(spec, float(env.success), local)
+                s.team_success = env.success
         rollout.samples += samples
         rollout.intents += declared
     rollout.episodes = episodes

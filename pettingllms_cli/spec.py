@@ -96,7 +96,17 @@ class DistillSpec(Strict):
     source: str = Field(description="Agent whose best trajectories become supervised targets.")
     targets: list[str] = Field(min_length=1, description="Agents trained to reproduce them (text level: any tokenizer).")
     every: int = Field(1, ge=1, description="Distil every N steps (after that step's RL update).")
-    top_k: int = Field(4, ge=1, description="The source's best samples (by reward, reward > 0) used per distillation step.")
+    top_k: int = Field(
+        4,
+        ge=1,
+        description="The source's best samples (by reward) used per distillation step, among those that led the team to "
+        "success and were not cut off at max_new_tokens.",
+    )
+    require_success: bool = Field(
+        True,
+        description="Only samples after which the team had solved the problem qualify; false: any sample with reward > 0 "
+        "(e.g. before the team ever succeeds; a well-formed but wrong action then qualifies too).",
+    )
     weight: float = Field(0.1, gt=0, description="Weight of the distillation NLL (token mean) in the target's extra step.")
 
 

@@ -208,6 +208,8 @@ def test_distillation_lowers_the_targets_nll_on_the_sources_trajectories(smoke_t
         Sample("caller", "tool_caller", 0, "p0", ("p0",), [1], torch.tensor([1]), t, r, r, 0.0, messages=obs)
         for t, r in zip(texts, (1.0, 0.5), strict=True)
     ]
+    for s in samples:
+        s.team_success = True  # distillation imitates only samples after which the team succeeded
     before = nll(team, "verifier", samples)[0].item()
     for step in range(3):
         losses = distill(team, samples, step)

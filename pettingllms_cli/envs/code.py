@@ -2,14 +2,20 @@
 
 Layouts:
 - `multi`: `tester` writes assert-style tests (one `assert` per line), then `coder` writes the
-  function. The coder's code runs against the hidden reference tests and the tester's tests;
-  on a retry the coder sees the first visible test it failed and the tester sees the code.
+  function with those tests in its prompt. The coder's code runs against the hidden reference
+  tests and the tester's tests; on a retry the coder sees the first of the tester's valid tests
+  (those the reference passes) that it failed, and the tester sees the code.
 - `single`: `coder` writes the function alone.
 
 Rewards per action: team = share of hidden tests the current code passes (solved when all
-pass). Local: coder = share of the tester's tests it passes (0 without tests), -0.1 if the
-code does not even load; tester = share of its asserts that the reference solution passes
-and a wrong solution (a stub returning None) fails, -0.1 if it wrote no assert.
+pass). Local: coder = share of the tester's valid tests it passes (0 without any),
+`CODE_DOES_NOT_LOAD` (-0.1) if the code does not even load; tester = `score_tests`: the share
+of its asserts that the reference passes, times the share of wrong programs derived from the
+reference (`mutants`: an off-by-one, a swapped operator, a constant return, an empty body; those
+that fail a hidden test) that one of those asserts fails, `NO_ASSERT` (-0.1) if it wrote no
+assert. So `assert f(1) is not None` catches only the empty body and earns less than a test that
+separates the reference from its mutants. A tester action runs the sandbox once for the reference
+and once per mutant (each mutant's hidden-test run is cached per problem).
 
 Data: `generated` (a built-in sample: 20 MBPP problems, CC-BY-4.0, and 6 HumanEval-format
 problems written for this project), or a JSON-lines file in MBPP format (`text`, `code`,
@@ -21,9 +27,12 @@ that inspects the harness could forge them (best effort, like the sandbox's audi
 
 from __future__ import annotations
 
+import ast
+import copy
 import functools
 import re
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
@@ -37,6 +46,9 @@ CODE_PREFIX = "```python\n"
 CODER_SYSTEM = "Write the Python function. Reply with code only."
 TESTER_SYSTEM = "Write assert tests for the function, one per line."
 MAX_TESTS = 8
+# Rewards (see the module docstring): named here, not written into `_act`.
+NO_ASSERT = -0.1  # tester: a reply without a single one-line `assert`
+CODE_DOES_NOT_LOAD = -0.1  # coder: the code fails while loading (syntax error, failing import)
 _FENCE_RE = re.compile(r"```(?:python|py)?\n?(.*?)(?:```|$)", re.DOTALL)
 
 HARNESS = """
@@ -99,6 +111,77 @@ def stub(entry: str) -> str:
     return f"def {entry}(*args, **kwargs):\n    return None\n"
 
 
+_SWAPS = {
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.Div: ast.Mult, ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv,
+    ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+    ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.And: ast.Or, ast.Or: ast.And,
+}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1024)
+def mutants(reference: str, entry: str) -> tuple[str, ...]:
+    """Wrong programs derived from the reference: an off-by-one (the first int literal + 1), a swapped operator
+    (the first one), a constant return and an empty body (the entry redefined after the reference).
+
+    >>> for m in mutants("def f(x):\\n    return x + 1", "f"):
+    ...     print(m.splitlines()[-1].strip())
+    return x + 2
+    return x - 1
+    return 0
+    pass
+    """
+    out = []
+    try:
+        tree = ast.parse(reference)
+    except SyntaxError:
+        tree = None
+    for mutate in (_off_by_one, _swap_operator) if tree else ():
+        changed = mutate(copy.deepcopy(tree))
+        if changed is not None:
+            out.append(ast.unparse(changed))
+    redefined = f"{reference}\n\ndef {entry}(*args, **kwargs):\n"
+    out += [redefined + "    return 0\n", redefined + "    pass\n"]
+    return tuple(dict.fromkeys(m for m in out if m != reference))
+
+
+def _off_by_one(tree: ast.Module) -> ast.Module | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            node.value += 1
+            return tree
+    return None
+
+
+def _swap_operator(tree: ast.Module) -> ast.Module | None:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.BinOp, ast.BoolOp, ast.AugAssign)) and type(node.op) in _SWAPS:
+            node.op = _SWAPS[type(node.op)]()
+            return tree
+        if isinstance(node, ast.Compare) and type(node.ops[0]) in _SWAPS:
+            node.ops[0] = _SWAPS[type(node.ops[0])]()
+            return tree
+    return None
+
+
+def score_tests(on_reference: Sequence[bool], on_wrong: Sequence[Sequence[bool]]) -> float:
+    """Share of the asserts that pass the reference, times the share of wrong programs one of those fails.
+
+    on_wrong[m][t]: assert t passes on wrong program m. With no wrong program, validity alone counts.
+
+    >>> score_tests([True], [[False], [False], [False], [False]])  # one test that separates
+    1.0
+    >>> score_tests([True], [[True], [True], [False], [False]])  # `assert f(1) is not None`
+    0.5
+    >>> score_tests([True, False], [[False, False], [True, False]])  # a test the reference fails catches nothing
+    0.25
+    """
+    if not on_reference:
+        return 0.0
+    valid = [t for t, ok in enumerate(on_reference) if ok]
+    caught = [any(not passes[t] for t in valid) for passes in on_wrong]
+    return len(valid) / len(on_reference) * (sum(caught) / len(caught) if caught else 1.0)
+
+
 class CodeEnv(TurnEnv):
     name = "code_v0"
     layouts = {"multi": ("tester", "coder"), "single": ("coder",)}
@@ -107,6 +190,7 @@ class CodeEnv(TurnEnv):
     def _reset_task(self) -> None:
         self.code: str | None = None
         self.tests: list[str] = []  # the tester's asserts
+        self.valid: list[bool] = []  # per assert: the reference passes it
         self.hidden_share = 0.0
         self.feedback: str | None = None
 
@@ -128,7 +212,8 @@ class CodeEnv(TurnEnv):
                 {"role": "user", "content": f"{self.meta.get('prompt_code') or task}\nFunction: {self.meta['entry']}{seen}"},
                 {"role": "assistant", "content": CODE_PREFIX + "assert "},
             ]
-        content = task if self.feedback is None else f"{task}\n{self.feedback}"
+        content = task + ("\nTests:\n" + "\n".join(self.tests) if self.tests else "")
+        content = content if self.feedback is None else f"{content}\n{self.feedback}"
         return [
             {"role": "system", "content": CODER_SYSTEM},
             {"role": "user", "content": content},
@@ -142,13 +227,27 @@ class CodeEnv(TurnEnv):
 
     def _write_tests(self, text: str) -> Outcome:
         self.tests = extract_asserts(text)
+        self.valid = []
         if not self.tests:
-            return Outcome(-0.1, self.hidden_share, info={"tests": 0})
+            return Outcome(NO_ASSERT, self.hidden_share, info={"tests": 0})
         tests, setup = tuple(self.tests), self.meta.get("setup", "")
         _, on_ref = run_tests(self.meta["reference"], tests, setup, self.timeout)
-        _, on_stub = run_tests(stub(self.meta["entry"]), tests, setup, self.timeout)
-        good = sum(r and not s for r, s in zip(on_ref, on_stub, strict=True))
-        return Outcome(good / len(tests), self.hidden_share, info={"tests": len(tests), "discriminating": good})
+        on_wrong = [run_tests(m, tests, setup, self.timeout)[1] for m in self.wrong_programs]
+        self.valid = list(on_ref)
+        reward = score_tests(on_ref, on_wrong)
+        info = {"tests": len(tests), "valid": sum(on_ref), "wrong_programs": len(on_wrong)}
+        return Outcome(reward, self.hidden_share, info=info)
+
+    @property
+    def wrong_programs(self) -> list[str]:
+        """The reference's mutants that fail a hidden test (a mutant that passes them all is not known to be wrong)."""
+        hidden, setup = tuple(self.meta["tests"]), self.meta.get("setup", "")
+        wrong = []
+        for m in mutants(self.meta["reference"], self.meta["entry"]):
+            loaded, passed = run_tests(m, hidden, setup, self.timeout)
+            if not (loaded and all(passed)):
+                wrong.append(m)
+        return wrong
 
     def _write_code(self, text: str) -> Outcome:
         self.code = extract_code(text)
@@ -157,7 +256,8 @@ class CodeEnv(TurnEnv):
         on_hidden, on_visible = passed[: len(hidden)], passed[len(hidden) :]
         self.hidden_share = sum(on_hidden) / len(hidden)
         solved = all(on_hidden)
-        local = -0.1 if not loaded else (sum(on_visible) / len(on_visible) if on_visible else 0.0)
+        valid = [ok for ok, v in zip(on_visible, self.valid, strict=True) if v]  # a test the reference fails says nothing
+        local = CODE_DOES_NOT_LOAD if not loaded else (sum(valid) / len(valid) if valid else 0.0)
         self.feedback = None if solved else self._failure_note(loaded, on_hidden, on_visible)
         return Outcome(local, self.hidden_share, solved=solved, info={"hidden_passed": sum(on_hidden), "hidden": len(hidden)})
 
@@ -165,7 +265,7 @@ class CodeEnv(TurnEnv):
         """What a retry may see: never the hidden tests, except the example shown in the task."""
         if not loaded:
             return "Your last code did not run. Try again."
-        failed = [t for t, ok in zip(self.tests, on_visible, strict=True) if not ok]
+        failed = [t for t, ok, v in zip(self.tests, on_visible, self.valid, strict=True) if v and not ok]
         if self.meta.get("example_shown") and not on_hidden[0]:
             failed.insert(0, self.meta["tests"][0])
         return f"Your last code failed: {failed[0]}" if failed else "Your last code failed hidden tests. Try again."

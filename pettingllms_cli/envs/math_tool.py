@@ -1,14 +1,20 @@
 """`math_tool_v0`: arithmetic word problems solved with a calculator tool.
 
 Layouts:
-- `multi`: `tool_caller` writes a calculator call; `verifier` reads the result and states
-  the final answer (`Answer: <number>`).
+- `multi`: `tool_caller` writes a calculator call; `verifier` reads the result and either states
+  the final answer (`Answer: <number>`) or rejects the result (`Answer: retry`), which sends the
+  caller back for another round when `max_turns` allows.
 - `single`: `solver` writes the calculator call and its result is the team's answer.
 
-Rewards per action: team = the team's current answer is correct; local = +0.1 for a
-well-formed call that ran (-0.1 otherwise) for callers, 1.0 for a verifier answer that agrees
-with the calculator. An episode ends when the answer is correct or after `max_turns` rounds;
-a retry sees its previous attempt marked wrong. Option `format_bonus` (default 0) adds that
+Rewards per action: team = the team's current answer is correct. Local (named below):
+callers `CALL_RAN` (+0.1) for a well-formed call that ran, `CALL_FAILED` (-0.1) otherwise; the
+verifier is paid for a correct judgement, never for copying (`judgement_reward`): `JUDGED_RIGHT`
+(1.0) for a right final answer (accepting a right result, or correcting a wrong one) or for
+`retry` when the calculator's result is wrong or missing; `JUDGED_WRONG` (0.0) for a wrong answer
+(a copied wrong result included), `retry` on a right result, or neither a number nor `retry`.
+An episode ends when the answer is correct or after `max_turns` rounds. A retry is told what went
+wrong (`retry_feedback`): the call failed and why, its result was wrong, or the call was right and
+the verifier rejected it or answered something else. Option `format_bonus` (default 0) adds that
 much local reward to any action containing a number: format shaping for untrained models.
 
 Options: `ops` (default "+-*/"), the operations generated problems use; the caller's prompt
@@ -32,11 +38,18 @@ from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_c
 
 CALL_PREFIX = '<tool_call>{"name": "calculator", "arguments": {"expression": "'
 ANSWER_PREFIX = "Answer: "
+RETRY = "retry"  # the verifier's rejection of the calculator's result
+# Rewards (see the module docstring): named here, not written into `_act`.
+CALL_RAN = 0.1  # caller: a well-formed calculator call that ran
+CALL_FAILED = -0.1  # caller: no call, another tool, or an expression the calculator refused
+JUDGED_RIGHT = 1.0  # verifier: a right final answer, or `retry` on a wrong or missing result
+JUDGED_WRONG = 0.0  # verifier: a wrong answer (a copied wrong result too), or `retry` on a right result
+_RETRY_RE = re.compile(rf"\b{RETRY}\b", re.IGNORECASE)
 _DIGIT_RE = re.compile(r"\d")
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 CALLER_SYSTEM = "Write one calculator call whose result answers the question."
-VERIFIER_SYSTEM = "Check the calculator result and give the final answer as a number."
+VERIFIER_SYSTEM = f"Check the calculator result. Give the final answer as a number, or reply {RETRY} if the result is wrong."
 # One worked example per operation; the prompt shows those of the ops in use.
 SHOTS = {
     "+": ("Ann has 12 pens and buys 7 more. How many pens does Ann have?", "12+7"),
@@ -95,6 +108,39 @@ def same_number(a: float | None, b: float | None) -> bool:
     return a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b))
 
 
+def judgement_reward(answer: float | None, rejected: bool, result: float | None, gold: float) -> float:
+    """The verifier's local reward: right when it accepts a right result (or corrects a wrong one) or rejects a wrong one.
+
+    >>> judgement_reward(19.0, False, 19.0, 19.0), judgement_reward(26.0, False, 26.0, 19.0)  # accept right / copy wrong
+    (1.0, 0.0)
+    >>> judgement_reward(None, True, 26.0, 19.0), judgement_reward(None, True, 19.0, 19.0)  # reject wrong / reject right
+    (1.0, 0.0)
+    """
+    if rejected:
+        return JUDGED_WRONG if same_number(result, gold) else JUDGED_RIGHT
+    return JUDGED_RIGHT if same_number(answer, gold) else JUDGED_WRONG
+
+
+def retry_feedback(call: str | None, error: str | None, call_right: bool, answer: float | None = None) -> str:
+    """What a caller's retry is told about the last round: what actually went wrong.
+
+    >>> retry_feedback(None, "unknown tool 'x'", False)
+    "Your last call failed (unknown tool 'x'). Try again."
+    >>> retry_feedback("1+1 = 2", None, False)
+    'Your last call 1+1 = 2 was wrong: its result does not answer the question. Try again.'
+    >>> retry_feedback("12+7 = 19", None, True)
+    'Your last call 12+7 = 19 was right, but the verifier rejected it. Make the call again.'
+    >>> retry_feedback("12+7 = 19", None, True, 5.0)
+    'Your last call 12+7 = 19 was right, but the final answer given was 5. Make the call again.'
+    """
+    if call is None:
+        return f"Your last call failed ({error or 'no valid call'}). Try again."
+    if not call_right:
+        return f"Your last call {call} was wrong: its result does not answer the question. Try again."
+    verdict = "the verifier rejected it" if answer is None else f"the final answer given was {format_number(answer)}"
+    return f"Your last call {call} was right, but {verdict}. Make the call again."
+
+
 class MathToolEnv(TurnEnv):
     name = "math_tool_v0"
     layouts = {"multi": ("tool_caller", "verifier"), "single": ("solver",)}
@@ -102,6 +148,7 @@ class MathToolEnv(TurnEnv):
     def _reset_task(self) -> None:
         self.last_call: str | None = None  # "expr = result" of the latest calculator call
         self.last_value: float | None = None
+        self.last_error: str | None = None  # why the latest call failed
         self.answer: float | None = None
         self.feedback: str | None = None  # what a retry is told about the previous attempt
 
@@ -133,32 +180,35 @@ class MathToolEnv(TurnEnv):
             self.answer = self.last_value
             outcome.solved = outcome.team_reward > 0
             if not outcome.solved:
-                self.feedback = f"Your last attempt {self.last_call or '(no valid call)'} was wrong. Try again."
+                self.feedback = retry_feedback(self.last_call, self.last_error, False)
         return outcome
 
     def _call(self, text: str) -> Outcome:
         call = parse_tool_call(text)
-        self.last_call, self.last_value = None, None
+        self.last_call, self.last_value, self.last_error = None, None, None
         if isinstance(call, str) or call.name != "calculator":
-            error = call if isinstance(call, str) else f"unknown tool {call.name!r}"
-            return Outcome(-0.1, 0.0, info={"tool_error": error})
+            self.last_error = call if isinstance(call, str) else f"unknown tool {call.name!r}"
+            return Outcome(CALL_FAILED, 0.0, info={"tool_error": self.last_error})
         expression = call.arguments.get("expression")
         try:
             value = calculate(expression)
         except CalculatorError as e:
-            return Outcome(-0.1, 0.0, info={"tool_error": str(e), "expression": str(expression)[:200]})
+            self.last_error = str(e)
+            return Outcome(CALL_FAILED, 0.0, info={"tool_error": self.last_error, "expression": str(expression)[:200]})
         self.last_value = float(value)
         self.last_call = f"{expression} = {format_number(value)}"
         correct = same_number(self.last_value, self.gold)
-        return Outcome(0.1, float(correct), info={"tool_call": self.last_call})
+        return Outcome(CALL_RAN, float(correct), info={"tool_call": self.last_call})
 
     def _verify(self, text: str) -> Outcome:
         self.answer = parse_number(text)
-        agrees = same_number(self.answer, self.last_value)
+        rejected = self.answer is None and bool(_RETRY_RE.search(text))
         correct = same_number(self.answer, self.gold)
         if not correct:
-            self.feedback = f"Your last attempt {self.last_call or '(no valid call)'} was wrong. Try again."
-        return Outcome(float(agrees), float(correct), solved=correct, info={"answer": self.answer})
+            call_right = same_number(self.last_value, self.gold)
+            self.feedback = retry_feedback(self.last_call, self.last_error, call_right, self.answer)
+        local = judgement_reward(self.answer, rejected, self.last_value, self.gold)
+        return Outcome(local, float(correct), solved=correct, info={"answer": self.answer, "rejected": rejected})
 
     @property
     def gold(self) -> float:

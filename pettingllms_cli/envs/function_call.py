@@ -9,9 +9,11 @@ Layouts:
 Rewards per action: team = the current call matches the ground truth (AST-style: function
 name, no unknown arguments, every required argument present, each value among the accepted
 ones with BFCL's normalisation: ints accepted for floats, strings compared without case,
-spaces and punctuation). Local: planner 1.0 for a correct function, 0.2 for another offered
-one, -0.1 for none; caller -0.1 for an unparseable call or unknown function, else the share
-of ground-truth arguments it got right. Solved when the call matches.
+spaces and punctuation). Local (named below): planner `PLAN_RIGHT` (1.0) for a correct function,
+`PLAN_OTHER` (0.2) for another offered one, `PLAN_NONE` (-0.1) for none; caller `CALL_INVALID`
+(-0.1) for an unparseable call or unknown function, else the share of ground-truth arguments it
+got right. Solved when the call matches. The planner's team term is the caller's outcome on its
+branch (credit.py: `deferred_roles`).
 
 Data: `generated` (a built-in 24-record BFCL `simple_python` sample, Apache-2.0) or a BFCL
 question file (JSON lines: `id`, `question`, `function`); answers are read from
@@ -36,6 +38,11 @@ PLANNER_SYSTEM = "Name the function that answers the request."
 SHOT_USER = "Request: Find the area of a circle with radius 3.\nFunction: circle_area(radius: integer, unit?: string)"
 SHOT_CALL = render_tool_call(ToolCall("circle_area", {"radius": 3}))
 _STRIP_RE = re.compile(r"[ ,./\-_*^'\"]")
+# Rewards (see the module docstring): named here, not written into `_act`.
+PLAN_RIGHT = 1.0  # planner: a function the ground truth calls
+PLAN_OTHER = 0.2  # planner: another offered function (the format is right, the choice is not)
+PLAN_NONE = -0.1  # planner: no offered function named
+CALL_INVALID = -0.1  # caller: no parseable <tool_call>, or a function that is not offered
 
 
 # --- matching (pure functions) ----------------------------------------------------------------
@@ -170,7 +177,7 @@ class FunctionCallEnv(TurnEnv):
         hits = [(body.find(f["name"]), -len(f["name"]), f["name"]) for f in self.functions if f["name"] in body]
         self.chosen = min(hits)[2] if hits else None
         gold_names = {next(iter(g)) for g in self.gold}
-        local = -0.1 if self.chosen is None else 1.0 if self.chosen in gold_names else 0.2
+        local = PLAN_NONE if self.chosen is None else PLAN_RIGHT if self.chosen in gold_names else PLAN_OTHER
         return Outcome(local, float(self.correct), info={"function": self.chosen})
 
     def _call(self, text: str) -> Outcome:
@@ -178,12 +185,12 @@ class FunctionCallEnv(TurnEnv):
         if not calls or isinstance(calls[0], str):
             self.correct = False
             self.feedback = f"Your last call was rejected: {calls[0] if calls else 'no <tool_call> block'}."
-            return Outcome(-0.1, 0.0, info={"tool_error": self.feedback})
+            return Outcome(CALL_INVALID, 0.0, info={"tool_error": self.feedback})
         schemas = {f["name"]: f for f in self.functions}
         if any(c.name not in schemas for c in calls if isinstance(c, ToolCall)):
             self.correct = False
             self.feedback = "Your last call used a function that is not offered."
-            return Outcome(-0.1, 0.0, info={"tool_error": "unknown function"})
+            return Outcome(CALL_INVALID, 0.0, info={"tool_error": "unknown function"})
         self.correct, share, why = _match_all([c for c in calls if isinstance(c, ToolCall)], self.gold, schemas)
         self.feedback = None if self.correct else f"Your last call was wrong: {why}."
         return Outcome(

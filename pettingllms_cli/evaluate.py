@@ -16,6 +16,7 @@ import torch
 
 from pettingllms_cli import distributed
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
+from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy import Team
 from pettingllms_cli.rollout import Sample, tree_rollout
@@ -240,19 +241,8 @@ def _looks_like_checkpoint(path: Path) -> bool:
 
 
 def eval_problems(spec: Experiment, split: str, seed: int, n: int) -> list[Problem]:
-    """The problems an eval scores: the env's split of `spec.env.data`, seeded; an unreadable file is a UserError."""
-    if split not in ("train", "test"):
-        raise UserError(f"--split {split!r}: use `test` (held-out) or `train`")
-    env_cls = ENVS[spec.env.name]
-    try:
-        problems = env_cls.load_problems(spec.env.data, split, seed, n, spec.env.options)
-    except UserError:
-        raise
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        raise UserError(f"{spec.env.data}: {spec.env.name} cannot read this data file ({type(e).__name__}: {e})") from None
-    if not problems:
-        raise UserError(f"{spec.env.data}: no {split} problems for {spec.env.name}")
-    return problems
+    """The problems an eval scores: the env's split of `spec.env.data`, seeded; unusable data is a UserError."""
+    return load_split(spec.env.name, spec.env.data, split, seed, n, spec.env.options)
 
 
 def run_eval(

@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from pettingllms_cli.errors import UserError
 
-NAME_RE = r"^[A-Za-z][A-Za-z0-9_]*$"
+NAME_RE = r"^[A-Za-z][A-Za-z0-9_]*$"  # use with re.fullmatch: `$` alone also matches before a trailing newline
+MAX_GROUP_SIZE = 256  # K samples are generated in one batch per group; far past this they cannot fit in memory
 
 
 class Strict(BaseModel):
@@ -128,7 +129,7 @@ class AlgorithmSpec(Strict):
         "tree",
         description="`tree`: K branches per (problem, role, turn), continue from the best; `parallel`: K independent episodes.",
     )
-    group_size: int = Field(8, description="K, samples per group (>= 2).")
+    group_size: int = Field(8, description=f"K, samples per group (2 to {MAX_GROUP_SIZE}).")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon.")
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the k3 KL to the frozen base (adapter disabled); 0 skips the reference pass."
@@ -146,6 +147,11 @@ class AlgorithmSpec(Strict):
     def _k_at_least_two(cls, k: int) -> int:
         if k < 2:
             raise ValueError("group_size must be at least 2: GRPO compares samples within a group")
+        if k > MAX_GROUP_SIZE:
+            raise ValueError(
+                f"group_size {k} is past {MAX_GROUP_SIZE}: the K samples of a group are generated in one batch "
+                "and would not fit in memory; GRPO uses 4 to 64"
+            )
         return k
 
 
@@ -189,7 +195,7 @@ class Experiment(Strict):
         from pettingllms_cli.envs import ENVS
 
         for name in list(self.models) + list(self.agents):
-            if not re.match(NAME_RE, name):
+            if not re.fullmatch(NAME_RE, name):  # "caller\n" would name a folder with a newline
                 raise ValueError(f"name {name!r} must be letters, digits and _ (starting with a letter)")
         env_cls = ENVS.get(self.env.name)
         if env_cls is None:

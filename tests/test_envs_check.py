@@ -77,9 +77,8 @@ def test_checker_catches_broken_envs(env_cls, expected):
 # --- bad input: one line naming the file and record --------------------------------------------
 def _write_bfcl(tmp_path: Path, answers: list[dict] | None) -> Path:
     q = tmp_path / "calls.json"
-    q.write_text(
-        json.dumps({"id": "a", "question": "Add 1 and 2", "function": [{"name": "add", "parameters": {"properties": {}}}]}) + "\n"
-    )
+    add = {"name": "add", "parameters": {"properties": {"x": {"type": "integer"}}}}
+    q.write_text("".join(json.dumps({"id": i, "question": "Add 1 and 2", "function": [add]}) + "\n" for i in "ab"))  # 2: a split
     if answers is not None:
         (tmp_path / "calls_answer.json").write_text("".join(json.dumps(a) + "\n" for a in answers))
     return q
@@ -99,7 +98,7 @@ def test_bfcl_answers_in_possible_answer_folder(tmp_path):
     q = _write_bfcl(tmp_path, None)
     (tmp_path / "possible_answer").mkdir()
     (tmp_path / "possible_answer" / "calls.json").write_text(
-        json.dumps({"id": "a", "ground_truth": [{"add": {"x": [1]}}]}) + "\n"
+        "".join(json.dumps({"id": i, "ground_truth": [{"add": {"x": [1]}}]}) + "\n" for i in "ab")
     )
     assert FunctionCallEnv.load_problems(str(q), "train", 0, 5)[0].answer == [{"add": {"x": [1]}}]
 

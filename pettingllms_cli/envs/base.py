@@ -208,14 +208,19 @@ def read_jsonl(path: Path) -> list[dict]:
     """Records of a JSON-lines file; a bad line is a UserError naming file and line."""
     if not path.is_file():
         raise UserError(f"{path}: data file not found; pass an existing file or `data: generated`")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the data file ({e.strerror or e})") from None
     records = []
-    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError:
-            raise UserError(f"{path}: line {i} is not valid JSON") from None
+        except (ValueError, RecursionError) as e:  # also an int past 4,300 digits, or nesting past the recursion limit
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(":")[0][:80]
+            raise UserError(f"{path}: line {i} is not valid JSON ({why})") from None
         if not isinstance(rec, dict):
             raise UserError(f"{path}: line {i} is not a JSON object")
         records.append(rec)
@@ -224,7 +229,15 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
-def split_records(records: list, split: str, holdout: int) -> list:
-    """The last `holdout` records are the held-out test split; the rest are for training."""
-    holdout = min(holdout, len(records) // 2)
-    return records[-holdout:] if split == "test" else records[:-holdout] or records
+def split_records(records: list, split: str, holdout: int, source: object = "the data") -> list:
+    """The last `holdout` records are the held-out test split; the rest are for training.
+
+    One record cannot be both: fewer than two is a UserError naming `source` (the file).
+    """
+    if len(records) < 2:
+        raise UserError(
+            f"{source}: {len(records)} record(s) cannot make both a training and a held-out split; "
+            "give at least 2 (the last fifth, at least 1, is held out)"
+        )
+    holdout = max(1, min(holdout, len(records) // 2))
+    return records[-holdout:] if split == "test" else records[:-holdout]

@@ -55,7 +55,7 @@ def _check_layout(report: CheckReport, env_cls: type[TurnEnv], layout: str, prob
     _guarded(report, f"{layout}: determinism", lambda: _check_determinism(make, problems[0]))
     _guarded(report, f"{layout}: copy", lambda: _check_copy(make(problems[0])))
     for p in problems:
-        _guarded(report, f"{layout} {p.id}: reference does not solve", lambda p=p: _play(make(p), _reference).success)
+        _guarded(report, f"{layout} {p.id}: reference does not solve", lambda p=p: _reference_solves(env_cls, make, p))
         for i in range(_n_corruptions(make(p))):
             _guarded(report, f"{layout} {p.id}: corruption {i} solves", lambda p=p, i=i: not _play(make(p), _corrupt(i)).success)
 
@@ -75,6 +75,20 @@ def _guarded(report: CheckReport, what: str, check: Callable[[], bool]) -> None:
         report.record(False, f"{what} ({type(e).__name__}: {e})")
         return
     report.record(ok, what)
+
+
+class BadRecord(Exception):
+    """The data record itself is inconsistent (the env's `data_error` says which file, record and field)."""
+
+
+def _reference_solves(env_cls: type[TurnEnv], make: Callable[[Problem], TurnEnv], problem: Problem) -> bool:
+    """Replay the references; when they fail, an env with `data_error` names the record's broken field."""
+    if _play(make(problem), _reference).success:
+        return True
+    why = env_cls.data_error(problem) if hasattr(env_cls, "data_error") else None
+    if why:
+        raise BadRecord(why)  # recorded by _guarded as this check's failure, with the record and field
+    return False
 
 
 def _reference(env: TurnEnv, role: str) -> str:

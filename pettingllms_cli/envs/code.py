@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import copy
 import functools
+import itertools
 import re
 import secrets
 from collections.abc import Sequence
@@ -286,12 +287,29 @@ class CodeEnv(TurnEnv):
     # --- data ---------------------------------------------------------------------------------
     @classmethod
     def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
-        if data == "generated":
-            mbpp, human = (load_code_file(p) for p in SAMPLES)
-            problems = [p for pair in zip(mbpp, human, strict=False) for p in pair]  # interleaved + mbpp[len(human) :]
-        else:
-            problems = load_code_file(Path(data))
-        return split_records(problems, split, max(1, len(problems) // 5))[:n]
+        paths = SAMPLES if data == "generated" else (Path(data),)
+        # Each file is split on its own, so the bundled sample holds out MBPP and HumanEval problems alike;
+        # the splits are interleaved and every problem is kept.
+        parts = [_split(load_code_file(path), split, path) for path in paths]
+        return [p for group in itertools.zip_longest(*parts) for p in group if p is not None][:n]
+
+    @staticmethod
+    def data_error(problem: Problem) -> str | None:
+        """Why a data record is unusable (its reference fails its own tests), naming file, record and field; else None."""
+        meta = problem.meta
+        loaded, passed = run_tests(meta["reference"], tuple(meta["tests"]), meta.get("setup", ""))
+        source, (code_field, tests_field) = meta.get("source", problem.id), meta.get("fields", ("code", "test_list"))
+        if not loaded:
+            return f"{source}: the reference `{code_field}` does not load; fix or drop the record"
+        failed = [i for i, ok in enumerate(passed) if not ok]
+        if failed:
+            test, at = " ".join(str(meta["tests"][failed[0]]).split())[:80], f"{tests_field}[{failed[0]}]"
+            return f"{source}: `{at}` fails on the reference `{code_field}` ({test}); fix or drop the record"
+        return None
+
+
+def _split(problems: list[Problem], split: str, path: Path) -> list[Problem]:
+    return split_records(problems, split, max(1, len(problems) // 5), path)
 
 
 def load_code_file(path: Path) -> list[Problem]:
@@ -313,6 +331,9 @@ def _mbpp(rec: dict, path: Path, i: int) -> Problem:
     tests, code = rec["test_list"], rec.get("code")
     if not isinstance(tests, list) or not tests or not isinstance(code, str):
         raise UserError(f"{path}: record {i} needs a non-empty `test_list` and the reference `code` (MBPP format)")
+    _require_strings(path, i, rec, ("text",), ("test_setup_code",))
+    if not all(isinstance(t, str) for t in tests):
+        raise UserError(f"{path}: record {i}: `test_list` must hold strings (assert statements)")
     names = re.findall(r"^def\s+(\w+)", code, re.MULTILINE)
     entry = next((n for n in names if n in tests[0]), names[0] if names else None)
     if entry is None:
@@ -325,6 +346,8 @@ def _mbpp(rec: dict, path: Path, i: int) -> Problem:
         "setup": (rec.get("test_setup_code") or "").replace("\r\n", "\n"),
         "reference_asserts": [t for t in tests if "\n" not in t.strip()],
         "example_shown": True,
+        "source": f"{path}: record {i}",
+        "fields": ("code", "test_list"),
     }
     question = f"{rec['text']}\nExample: {tests[0]}"
     return Problem(f"mbpp-{rec.get('task_id', i)}", question, None, meta)
@@ -334,6 +357,9 @@ def _humaneval(rec: dict, path: Path, i: int) -> Problem:
     entry, prompt = rec["entry_point"], rec["prompt"]
     if not isinstance(rec.get("canonical_solution"), str):
         raise UserError(f"{path}: record {i} needs `canonical_solution` (the reference the checker replays)")
+    _require_strings(path, i, rec, ("prompt", "test", "entry_point"))
+    if not entry.isidentifier():
+        raise UserError(f"{path}: record {i}: `entry_point` {entry[:40]!r} is not a Python function name")
     asserts = [
         line.strip().replace("candidate(", f"{entry}(") for line in rec["test"].splitlines() if line.strip().startswith("assert ")
     ]
@@ -345,5 +371,15 @@ def _humaneval(rec: dict, path: Path, i: int) -> Problem:
         "setup": "",
         "reference_asserts": asserts,
         "example_shown": False,
+        "source": f"{path}: record {i}",
+        "fields": ("canonical_solution", "test"),
     }
     return Problem(str(rec.get("task_id", f"humaneval-{i}")), f"Complete the function {entry}.", None, meta)
+
+
+def _require_strings(path: Path, i: int, rec: dict, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+    """Fields that must be strings (optional ones may be missing or null): a UserError naming the first that is not."""
+    for key in required + optional:
+        value = rec.get(key)
+        if not isinstance(value, str) and not (key in optional and value is None):
+            raise UserError(f"{path}: record {i}: `{key}` must be a string, not {type(value).__name__}")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import zlib
 from pathlib import Path
 
 from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
@@ -70,14 +71,27 @@ NAMES = ["Tom", "Mia", "Sam", "Lea", "Ben", "Ava", "Max", "Zoe"]
 ITEMS = ["apples", "cards", "stamps", "marbles", "books", "coins"]
 
 
-def generate_problems(seed: int, n: int, prefix: str, ops: str = OPS) -> list[Problem]:
+def is_held_out(expression: str) -> bool:
+    """Whether a generated expression belongs to the test split: a fixed fifth of them, the same for every seed.
+
+    >>> [is_held_out(e) for e in ("12+7", "30-4", "4*6")]
+    [False, True, True]
+    """
+    return zlib.crc32(expression.encode()) % 5 == 0
+
+
+def generate_problems(seed: int, n: int, prefix: str, ops: str = OPS, held_out: bool | None = None) -> list[Problem]:
+    """`n` seeded problems; `held_out` True/False draws only test/training expressions (None: any)."""
     rng = random.Random(seed)
     problems = []
     for i in range(n):
-        template, expr = TEMPLATES[rng.choice(ops)]
-        a, b = rng.randint(11, 60), rng.randint(2, 9)
-        values = {"a": a, "b": b, "p": a * b, "name": rng.choice(NAMES), "item": rng.choice(ITEMS)}
-        expression = expr.format(**values)
+        while True:  # redraw until the expression is on the asked side, so train and test never share one
+            template, expr = TEMPLATES[rng.choice(ops)]
+            a, b = rng.randint(11, 60), rng.randint(2, 9)
+            values = {"a": a, "b": b, "p": a * b, "name": rng.choice(NAMES), "item": rng.choice(ITEMS)}
+            expression = expr.format(**values)
+            if held_out is None or is_held_out(expression) == held_out:
+                break
         answer = calculate(expression)
         problems.append(Problem(f"{prefix}{i}", template.format(**values), answer, {"expression": expression}))
     return problems
@@ -220,18 +234,18 @@ class MathToolEnv(TurnEnv):
         if data == "generated":
             # Train and test come from different seed streams; the held-out set never changes with steps.
             stream = seed * 2 + (1 if split == "test" else 0)
-            return generate_problems(stream, n, f"{split}-", (options or {}).get("ops", OPS))
+            return generate_problems(stream, n, f"{split}-", (options or {}).get("ops", OPS), held_out=split == "test")
         path = Path(data)
         records = read_jsonl(path)
         problems = []
         for i, rec in enumerate(records, 1):
-            if "question" not in rec or "answer" not in rec:
-                raise _bad_record(path, i, "needs `question` and `answer` (GSM8K format)")
+            if not isinstance(rec.get("question"), str) or "answer" not in rec:
+                raise _bad_record(path, i, "needs a string `question` and an `answer` (GSM8K format)")
             answer = gsm8k_answer(rec["answer"])
             if answer is None:
                 raise _bad_record(path, i, "`answer` has no final number after ####")
             problems.append(Problem(f"{path.stem}-{i}", rec["question"], answer))
-        return split_records(problems, split, max(1, len(problems) // 5))[:n]
+        return split_records(problems, split, max(1, len(problems) // 5), path)[:n]
 
     def reference_action(self, role: str) -> str:
         """A correct action for `role` now (from the data's answer)."""

@@ -199,4 +199,4 @@ class PlanningEnv(TurnEnv):
             if problem is None:
                 raise UserError(f"{path}: record {i}: the puzzle has no solution")
             problems.append(problem)
-        return split_records(problems, split, max(1, len(problems) // 5))[:n]
+        return split_records(problems, split, max(1, len(problems) // 5), path)[:n]

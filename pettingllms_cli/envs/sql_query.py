@@ -159,7 +159,7 @@ def generate_problems(seed: int, split: str, n: int) -> list[Problem]:
     """A seeded shuffle of all questions; the last fifth is the test split, so no test question is trained on."""
     problems = all_questions(seed)
     random.Random(seed).shuffle(problems)
-    return split_records(problems, split, max(1, len(problems) // 5))[:n]
+    return split_records(problems, split, max(1, len(problems) // 5), f"sql_v0 generated data (seed {seed})")[:n]
 
 
 class SqlEnv(TurnEnv):
@@ -256,4 +256,4 @@ class SqlEnv(TurnEnv):
             if answer is None:
                 raise UserError(f"{path}: record {i}: the gold `sql` fails or returns no value on the seed-{seed} database")
             problems.append(Problem(f"{path.stem}-{i}", rec["question"], answer, {"db_seed": seed, "sql": rec["sql"]}))
-        return split_records(problems, split, max(1, len(problems) // 5))[:n]
+        return split_records(problems, split, max(1, len(problems) // 5), path)[:n]

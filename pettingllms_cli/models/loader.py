@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,25 +128,63 @@ def pull(alias: str) -> Path:
     return _save_atomically(*_from_gguf(Path(gguf)), folder)
 
 
+def gguf_problem(path: Path) -> str | None:
+    """Why `path` is not a GGUF file, from its 4-byte magic (for `validate`, before any conversion)."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        return f"model file {path} not found" if isinstance(e, FileNotFoundError) else f"model file {path}: {e.strerror}"
+    return None if magic == b"GGUF" else f"model file {path} is not a GGUF file (no GGUF header); pass a .gguf model"
+
+
+def _convert_gguf(path: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """`_from_gguf`, with a damaged or unsupported file as one line instead of the parser's traceback."""
+    try:
+        return _from_gguf(path)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, EOFError, RuntimeError, struct.error) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:160]
+        raise UserError(f"model file {path}: cannot read it as a GGUF model ({type(e).__name__}: {first})") from None
+
+
+def _hub_snapshot(repo_id: str) -> Path | str:
+    """The local cached snapshot of a hub model; pettingllms runs offline, so an uncached id fails at once.
+
+    Set HF_HUB_OFFLINE=0 to let transformers download it instead (it otherwise retries for about 40 s).
+    """
+    if os.environ.get("HF_HUB_OFFLINE") == "0":
+        return repo_id
+    from huggingface_hub import try_to_load_from_cache
+
+    config = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(config, str):
+        return Path(config).parent  # snapshots/<revision>/, read like a local folder
+    raise UserError(
+        f"hub model {repo_id!r} is not in the local Hugging Face cache and pettingllms runs offline; "
+        "use a built-in alias or a local folder, or set HF_HUB_OFFLINE=0 to download it"
+    )
+
+
 def resolve(source: str) -> Path | str:
-    """A local folder for built-ins, folders and GGUF files; a hub id is returned as is."""
+    """A local folder for built-ins, folders, GGUF files and cached hub ids (a hub id itself only with HF_HUB_OFFLINE=0)."""
     if source in BUILTINS:
         return pull(source)
     path = Path(source).expanduser()
     if path.suffix == ".gguf":
-        if not path.is_file():
-            raise UserError(f"model file {source} not found")
+        problem = gguf_problem(path)
+        if problem:
+            raise UserError(problem)
         folder = cache_root() / "gguf" / f"{path.stem}-{path.stat().st_size}"
         if not (folder / "config.json").is_file():
             folder.parent.mkdir(parents=True, exist_ok=True)
-            _save_atomically(*_from_gguf(path), folder)
+            _save_atomically(*_convert_gguf(path), folder)
         return folder
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise UserError(f"model folder {source} has no config.json; point to a saved transformers model")
         return path
     if source.count("/") == 1 and not source.startswith((".", "/")):
-        return source  # hub id, loaded online by transformers
+        return _hub_snapshot(source)
     raise UserError(f"model source {source!r} is not a built-in alias, a folder, a .gguf file or a hub id")
 
 
@@ -157,7 +196,7 @@ def source_problem(source: str) -> str | None:
     if builtin:
         return None
     if source.endswith(".gguf"):
-        return None if Path(source).expanduser().is_file() else f"model file {source} not found"
+        return gguf_problem(Path(source).expanduser())
     try:
         resolve(source)
     except UserError as e:

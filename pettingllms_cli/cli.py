@@ -194,7 +194,8 @@ def _eval_table(result: dict) -> Table:
     what = f"{result['spec']} ({result['kind']}, step {result['step']})"
     table = Table("metric", "value", title=f"{what}: {result['episodes']} {result['split']} episodes, {result['decoding']}")
     table.add_row("team success rate", f"{result['team_success_rate']:.3f}  [95% CI {ci[0]:.3f}, {ci[1]:.3f}]")
-    table.add_row("mean attempts to success", f"{result['mean_attempts_to_success']:.2f}")
+    attempts = result["mean_attempts_to_success"]  # over solved episodes; None when none was solved
+    table.add_row("mean attempts to success (solved)", "none solved" if attempts is None else f"{attempts:.2f}")
     table.add_row("mean turns", f"{result['mean_turns']:.2f}")
     for key in sorted(k for k in result if k.startswith(("reward/", "action_logprob/", "tool_call_validity/"))):
         table.add_row(key, f"{result[key]:.3f}")
@@ -222,22 +223,44 @@ def compare(
         "runs/compare"
     ),
     allow_unequal: Annotated[
-        bool, typer.Option(help="Compare specs whose budgets (steps, problems, group size, tokens, turns) differ.")
+        bool,
+        typer.Option(
+            help="Compare specs that differ in more than what defines a team (layout, agents and roles, specialization, "
+            "assignment, distill, coordination, credit), e.g. in algorithm.lr or models."
+        ),
     ] = False,
     episodes: Annotated[
         int | None, typer.Option(min=1, help="Held-out problems (default: the first spec's eval_problems).")
     ] = None,
-    threshold: Annotated[float, typer.Option(min=0.0, max=1.0, help="Training success that counts as converged.")] = 0.5,
-    window: Annotated[int, typer.Option(min=1, help="Steps averaged before checking the convergence threshold.")] = 3,
+    threshold: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Held-out success (train.eval_every curve) that counts as converged.")
+    ] = 0.5,
+    window: Annotated[int, typer.Option(min=1, help="Held-out points averaged before checking the threshold.")] = 3,
+    budget: Annotated[
+        str,
+        typer.Option(
+            help="What is held equal: `actions` (sampled actions per step: fewer roles, larger groups), `tokens` "
+            "(fewer roles, more steps) or `steps` (nothing scaled)."
+        ),
+    ] = "actions",
+    data: Annotated[
+        str | None, typer.Option(help="Score every arm on this data file's held-out problems (as `eval --data`).")
+    ] = None,
 ) -> None:
-    """Train each spec for N seeds on the same budget, score all on the same held-out problems, write the table."""
+    """Train each spec for N seeds at equal compute, score all on the same held-out problems, write the verdict and tables."""
+    from pettingllms_cli.budget import BUDGETS
     from pettingllms_cli.compare import compare as run_compare
     from pettingllms_cli.compare import console_table, ratios_table
     from pettingllms_cli.spec import load_spec
 
+    if budget not in BUDGETS:
+        raise UserError(f"--budget {budget!r}: use one of {', '.join(BUDGETS)}")
     for path in specs:
         _check_models(load_spec(path))
-    result = run_compare(specs, seeds, max_steps, out, allow_unequal, episodes, threshold, window, console=console)
+    result = run_compare(
+        specs, seeds, max_steps, out, allow_unequal, episodes, threshold, window, console=console, budget=budget, data=data
+    )
+    console.print(result["verdict"], markup=False, highlight=False)
     console.print(console_table(result))
     console.print(ratios_table(result))
     console.print(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.html'}")

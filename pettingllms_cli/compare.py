@@ -1,41 +1,38 @@
 """`pettingllms compare`: train several specs on the same budget and seeds, score them on the same
 held-out problems, and write compare.md / compare.json / compare.html.
 
+Arms may differ only in what defines a team, and their compute is levelled (`--budget`,
+budget.py). Every arm and seed is scored greedily on one held-out set (or `--data FILE`), with
+the role assignment its run learned; convergence is read from the held-out curve that
+`train.eval_every` logs, never from training success (docs/metrics.md).
+
 Runs live in `<out>/<spec name>/seed<k>`. A run whose spec.yaml equals the resolved spec and
 that finished is reused (not retrained); an unfinished one is resumed; a stale one (spec
 changed) is replaced. Held-out scores are cached per run in `compare_eval.json`, keyed by the
-problems and the checkpoint, so a second call neither retrains nor re-scores.
+problems' content and the checkpoint, so a second call neither retrains nor re-scores.
 """
 
 from __future__ import annotations
 
 import hashlib
-import html
 import json
 from pathlib import Path
 
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from pettingllms_cli import distributed
+from pettingllms_cli.budget import budget_overrides, check_equal_arms, describe_budget, roles_of
+from pettingllms_cli.compare_report import console_table, ratios_table, verdict, write_outputs
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.plots import fmt, html_images, html_page, html_table, line_plot, md_table
 from pettingllms_cli.spec import Experiment, load_spec
-from pettingllms_cli.stats import convergence_step, mean_interval, ratio, wilson_interval
+from pettingllms_cli.stats import convergence_step, factor_interval, mean_interval, ratio, wilson_interval
 
-BUDGET = ("train.steps", "train.problems_per_step", "algorithm.group_size", "train.max_new_tokens", "env.max_turns")
+CACHE_VERSION = "2"  # bump when what a cached score means changes (2: attempts over solved episodes, learned roles)
 
 
 # --- the specs ------------------------------------------------------------------------------------
-def field(spec: Experiment, dotted: str):
-    node = spec
-    for key in dotted.split("."):
-        node = getattr(node, key)
-    return node
-
-
 def load_arms(paths: list[Path], max_steps: int | None) -> list[Experiment]:
     overrides = [f"train.steps={max_steps}"] if max_steps is not None else []
     return [load_spec(p, overrides) for p in paths]
@@ -53,17 +50,13 @@ def check_comparable(paths: list[Path], specs: list[Experiment], allow_unequal: 
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise UserError(f"two specs are both named {dupes[0]!r}; give each spec a distinct `name` (it names its run folders)")
-    if allow_unequal:
-        return
-    for key in BUDGET:
-        values = [field(s, key) for s in specs]
-        if len(set(values)) > 1:
-            listed = ", ".join(f"{p}: {v}" for p, v in zip(paths, values, strict=True))
-            raise UserError(f"unequal budgets, {key} differs ({listed}); make them equal or pass --allow-unequal")
+    if not allow_unequal:
+        check_equal_arms(paths, specs)
 
 
-def seeded(path: Path, seed: int, max_steps: int | None) -> Experiment:
-    overrides = [f"seed={seed}"] + ([f"train.steps={max_steps}"] if max_steps is not None else [])
+def seeded(path: Path, seed: int, max_steps: int | None, budget: list[str] | tuple = ()) -> Experiment:
+    """The arm's spec for one seed, with --max-steps and the budget's levelling overrides applied."""
+    overrides = [f"seed={seed}"] + ([f"train.steps={max_steps}"] if max_steps is not None else []) + list(budget)
     return load_spec(path, overrides)
 
 
@@ -102,23 +95,32 @@ def ensure_run(spec: Experiment, run_dir: Path, console: Console) -> str:
 
 def problems_key(problems: list[Problem], checkpoint: Path) -> str:
     """Identifies what a cached score was computed on: the problems and the checkpoint scored."""
-    text = json.dumps([[p.id, p.question, str(p.answer)] for p in problems]) + str(checkpoint.name)
+    text = CACHE_VERSION + problems_fingerprint(problems) + str(checkpoint.name)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def train_eval(run_dir: Path, name: str, problems: list[Problem]) -> dict | None:
-    """train's own eval_before/eval_after.json when it scored exactly these problems greedily (seed-0 runs)."""
+def problems_fingerprint(problems: list[Problem]) -> str:
+    """The problems' content (ids repeat across seeds: `test-0` of seed 1 is another question than of seed 0)."""
+    text = json.dumps([[p.id, p.question, str(p.answer)] for p in problems])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def train_eval(spec: Experiment, run_dir: Path, name: str, problems: list[Problem]) -> dict | None:
+    """train's own eval_before/eval_after.json when train scored these very problems (same content) greedily."""
+    from pettingllms_cli.evaluate import eval_problems
+
     path = run_dir / name
     if not path.is_file():
         return None
     scored = json.loads(path.read_text())
-    ids = [e.get("id") for e in scored.get("per_episode", [])]
-    return scored if scored.get("decoding") == "greedy" and ids == [p.id for p in problems] else None
+    own = eval_problems(spec, "test", spec.seed, spec.env.eval_problems)  # what train scored
+    same = problems_fingerprint(own) == problems_fingerprint(problems)
+    return scored if same and scored.get("decoding") == "greedy" else None
 
 
 def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     """Held-out scores of the untrained team and of the final checkpoint, cached in compare_eval.json."""
-    from pettingllms_cli.checkpoint import latest_checkpoint, load_adapters
+    from pettingllms_cli.checkpoint import latest_checkpoint, load_adapters, read_state
     from pettingllms_cli.evaluate import evaluate
     from pettingllms_cli.policy import Team
     from pettingllms_cli.rundir import write_json
@@ -129,11 +131,13 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     cached = distributed.on_main(read_cache, cache, key)  # every rank skips scoring, or none does (scoring is collective)
     if cached is not None:
         return cached
-    initial, final = train_eval(run_dir, "eval_before.json", problems), train_eval(run_dir, "eval_after.json", problems)
+    initial = train_eval(spec, run_dir, "eval_before.json", problems)
+    final = train_eval(spec, run_dir, "eval_after.json", problems)
     if initial is None or final is None:  # train scored other problems: score these, same greedy evaluate
         team = Team(spec)
         initial = initial or evaluate(team, spec, problems, n_transcripts=1, score_actions=False)
         load_adapters(team, checkpoint)
+        team.roles.load_state_dict(read_state(checkpoint).get("roles"))  # the assignment the run learned (rotate/adaptive)
         final = final or evaluate(team, spec, problems, n_transcripts=1, score_actions=False)
     scored = {"key": key, "checkpoint": str(checkpoint), "initial": initial, "final": final}
     if distributed.is_main():
@@ -153,26 +157,43 @@ def read_cache(cache: Path, key: str) -> dict | None:
 
 
 def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, threshold: float, window: int) -> dict:
-    """One row of the per-run table, from metrics.jsonl and the held-out scores."""
+    """One row of the per-run table, from metrics.jsonl and the held-out scores.
+
+    Convergence is the first step at which the held-out curve (`heldout_success_rate`, logged every
+    `train.eval_every` steps) reaches `threshold` over `window` points; None without that curve.
+    """
     from pettingllms_cli.report import read_metrics
 
     rows = read_metrics(run_dir)
-    curve = [r["team_success_rate"] for r in rows]
+    heldout = [(r["step"], r["heldout_success_rate"]) for r in rows if r.get("heldout_success_rate") is not None]
+    steps, curve = [s for s, _ in heldout], [v for _, v in heldout]
     return {
         "seed": spec.seed,
         "run_dir": str(run_dir),
         "status": status,
         "steps": len(rows),
+        "group_size": spec.algorithm.group_size,
         "initial_success": scored["initial"]["team_success_rate"],
         "final_success": scored["final"]["team_success_rate"],
         "final_successes": scored["final"]["successes"],
         "episodes": scored["final"]["episodes"],
         "initial_attempts": scored["initial"]["mean_attempts_to_success"],
-        "final_attempts": scored["final"]["mean_attempts_to_success"],
-        "convergence_step": convergence_step([r["step"] for r in rows], curve, threshold, window),
-        "train_tokens": sum(r.get("tokens_generated", 0) for r in rows),
-        "train_seconds": round(sum(r.get("seconds", 0.0) for r in rows), 3),
-        "success_curve": curve,
+        "final_attempts": scored["final"]["mean_attempts_to_success"],  # over solved episodes only
+        "convergence_step": convergence_step(steps, curve, threshold, window) if curve else None,
+        "heldout_curve": [[s, v] for s, v in heldout],
+        **spent(rows),
+    }
+
+
+def spent(rows: list[dict]) -> dict:
+    """A run's compute from its metrics.jsonl (docs/metrics.md): what `--budget` levels, measured."""
+    return {
+        "sampled_actions": sum(r.get("sampled_actions", 0) for r in rows),
+        "sampled_tokens": sum(r.get("tokens_generated", 0) for r in rows),
+        "trained_tokens": sum(r.get("trained_tokens", 0) for r in rows),
+        "optimizer_steps": sum(r.get("optimizer_steps", 0) for r in rows),
+        "wall_seconds": round(sum(r.get("seconds", 0.0) for r in rows), 3),
+        "sampled_actions_per_step": rows[0].get("sampled_actions") if rows else None,
     }
 
 
@@ -199,41 +220,75 @@ def spec_row(spec: Experiment, path: Path, runs: list[dict]) -> dict:
     )
     initial, initial_half = mean_interval([r["initial_success"] for r in runs])
     reached = [r["convergence_step"] for r in runs if r["convergence_step"] is not None]
-    # Runs that never reach the threshold count as the whole budget (like unsolved episodes in attempts).
+    # Runs that never reach the threshold count as the whole budget (a lower bound on their convergence step).
     censored = [r["convergence_step"] if r["convergence_step"] is not None else r["steps"] for r in runs]
+    attempts = [r["final_attempts"] for r in runs if r["final_attempts"] is not None]
     return {
         "spec": spec.name,
         "path": str(path),
         "layout": spec.env.layout,
+        "roles": roles_of(spec),
         "agents": len(spec.agents),
         "seeds": len(runs),
+        "group_size": runs[0]["group_size"],
         "initial_success": initial,
         "initial_success_half_width": initial_half,
         "final_success": final,
         "final_success_ci": final_ci,
         "ci_method": method,
-        "mean_attempts": mean_interval([r["final_attempts"] for r in runs])[0],
+        "mean_attempts": sum(attempts) / len(attempts) if attempts else None,  # over solved episodes, mean over seeds
         "convergence_step": sum(censored) / len(censored) if reached else None,
         "converged_seeds": len(reached),
-        "train_tokens": mean_interval([float(r["train_tokens"]) for r in runs])[0],
-        "train_seconds": mean_interval([r["train_seconds"] for r in runs])[0],
+        **{key: _mean([float(r[key]) for r in runs]) for key in SPENT},
     }
 
 
-def ratios(a: dict, b: dict) -> dict:
-    """B relative to A: improvement factor, success gain, attempts ratio, convergence speed-up.
+SPENT = ("sampled_actions", "sampled_tokens", "trained_tokens", "optimizer_steps", "wall_seconds", "sampled_actions_per_step")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def ratios(a: dict, b: dict, runs_a: list[dict] | None = None, runs_b: list[dict] | None = None) -> dict:
+    """B relative to A, each factor > 1 when B does better: success B/A, attempts A/B, convergence step A/B.
+
+    Each factor has a 95% t interval over per-seed ratios (stats.factor_interval) when runs are given.
 
     >>> r = ratios({"spec": "a", "final_success": 0.2, "mean_attempts": 2.0, "convergence_step": 8.0},
     ...            {"spec": "b", "final_success": 0.5, "mean_attempts": 1.5, "convergence_step": 4.0})
-    >>> round(r["improvement_factor"], 3), round(r["success_gain"], 3), r["attempts_ratio"], r["convergence_speedup"]
-    (2.5, 0.3, 0.75, 2.0)
+    >>> round(r["improvement_factor"], 3), round(r["success_gain"], 3), round(r["attempts_factor"], 3), r["convergence_factor"]
+    (2.5, 0.3, 1.333, 2.0)
     """
+    runs_a, runs_b = runs_a or [a_row_as_run(a)], runs_b or [a_row_as_run(b)]
+    n = min(len(runs_a), len(runs_b))
+    runs_a, runs_b = runs_a[:n], runs_b[:n]
+
+    def paired(key: str, b_over_a: bool) -> dict:
+        num, den = [r.get(key) for r in (runs_b if b_over_a else runs_a)], [r.get(key) for r in (runs_a if b_over_a else runs_b)]
+        return factor_interval(num, den)
+
+    success = paired("final_success", True)
+    attempts = paired("final_attempts", False)
+    convergence = paired("convergence_step", False)
     return {
         "pair": f"{b['spec']}/{a['spec']}",
         "improvement_factor": ratio(b["final_success"], a["final_success"]),
+        "improvement_factor_ci": success["ci"],
         "success_gain": b["final_success"] - a["final_success"],
-        "attempts_ratio": ratio(b["mean_attempts"], a["mean_attempts"]),
-        "convergence_speedup": ratio(a["convergence_step"], b["convergence_step"]),
+        "attempts_factor": ratio(a["mean_attempts"], b["mean_attempts"]),
+        "attempts_factor_ci": attempts["ci"],
+        "convergence_factor": ratio(a["convergence_step"], b["convergence_step"]),
+        "convergence_factor_ci": convergence["ci"],
+    }
+
+
+def a_row_as_run(row: dict) -> dict:
+    """A table row standing in for its single run (for ratios of rows without runs)."""
+    return {
+        "final_success": row["final_success"],
+        "final_attempts": row["mean_attempts"],
+        "convergence_step": row["convergence_step"],
     }
 
 
@@ -248,173 +303,67 @@ def compare(
     threshold: float = 0.5,
     window: int = 3,
     console: Console | None = None,
+    budget: str = "actions",
+    data: str | None = None,
 ) -> dict:
-    """Train (or reuse) every spec x seed, score all on one held-out set, write the three files."""
-    from pettingllms_cli.evaluate import eval_problems
-
+    """Train (or reuse) every spec x seed at levelled compute, score all on one held-out set, write the three files."""
     console = console or Console()
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: need at least one seed")
     specs = load_arms(paths, max_steps)
     check_comparable(paths, specs, allow_unequal)
+    levelled = budget_overrides(paths, specs, budget)
     base = specs[0]
-    problems = eval_problems(base, "test", base.seed, episodes or base.env.eval_problems)  # one held-out set for all
+    problems = held_out(base, episodes, data)
     rows, runs_by_spec = [], {}
-    for path, spec in zip(paths, specs, strict=True):
+    for path, spec, extra in zip(paths, specs, levelled, strict=True):
         runs = []
         for seed in range(seeds):
-            run_spec = seeded(path, seed, max_steps)
+            run_spec = seeded(path, seed, max_steps, extra)
             run_dir = out / spec.name / f"seed{seed}"
             status = ensure_run(run_spec, run_dir, console)
-            runs.append(run_summary(run_spec, run_dir, status, score_run(run_spec, run_dir, problems), threshold, window))
+            scored = score_run(run_spec, run_dir, problems)
+            runs.append(run_summary(run_spec, run_dir, status, scored, threshold, window))
         runs_by_spec[spec.name] = runs
         rows.append(spec_row(spec, path, runs))
     result = {
         "env": base.env.name,
         "held_out": {
-            "data": base.env.data,
+            "data": data or base.env.data,
             "split": "test",
             "seed": base.seed,
-            "problems": [p.id for p in problems],
+            "problems": [{"id": p.id, "question": p.question, "answer": p.answer} for p in problems],
+            "fingerprint": problems_fingerprint(problems),
             "decoding": "greedy",
         },
-        "budget": {key: [field(s, key) for s in specs] for key in BUDGET},
+        "budget": {
+            "mode": budget,
+            "how": describe_budget(budget),
+            "overrides": {spec.name: extra for spec, extra in zip(specs, levelled, strict=True)},
+            "sampled_actions_per_step": {row["spec"]: row["sampled_actions_per_step"] for row in rows},
+        },
         "seeds": list(range(seeds)),
-        "convergence": {"metric": "team_success_rate (training)", "threshold": threshold, "window": window},
+        "convergence": {
+            "metric": "heldout_success_rate (greedy, every train.eval_every steps)",
+            "threshold": threshold,
+            "window": window,
+        },
         "rows": rows,
-        "ratios": [ratios(rows[0], row) for row in rows[1:]],
+        "ratios": [ratios(rows[0], row, runs_by_spec[rows[0]["spec"]], runs_by_spec[row["spec"]]) for row in rows[1:]],
         "runs": runs_by_spec,
     }
+    result["verdict"] = verdict(result)
     write_outputs(out, result)
     return result
 
 
-# --- outputs -----------------------------------------------------------------------------------------------
-ROW_HEADERS = [
-    "spec",
-    "layout",
-    "agents",
-    "seeds",
-    "initial success",
-    "final success",
-    "95% CI",
-    "mean attempts",
-    "convergence step",
-    "train tokens/seed",
-    "train s/seed",
-]
-RATIO_HEADERS = ["B/A", "improvement factor", "success gain", "attempts ratio", "convergence speed-up"]
-RUN_HEADERS = ["spec", "seed", "status", "initial success", "final success", "attempts", "convergence step", "tokens", "seconds"]
+def held_out(base: Experiment, episodes: int | None, data: str | None) -> list[Problem]:
+    """The problems every arm is scored on: the first spec's held-out split, or that of `--data FILE` (as `eval --data`)."""
+    from pettingllms_cli.evaluate import eval_problems
+
+    if data is not None:
+        base = base.model_copy(update={"env": base.env.model_copy(update={"data": data})})
+    return eval_problems(base, "test", base.seed, episodes or base.env.eval_problems)
 
 
-def row_cells(row: dict) -> list:
-    ci = row["final_success_ci"]
-    conv = row["convergence_step"]
-    conv_cell = None if conv is None else f"{conv:.1f} ({row['converged_seeds']}/{row['seeds']} seeds)"
-    return [
-        row["spec"],
-        row["layout"],
-        row["agents"],
-        row["seeds"],
-        row["initial_success"],
-        row["final_success"],
-        f"[{ci[0]:.3f}, {ci[1]:.3f}]",
-        row["mean_attempts"],
-        conv_cell,
-        round(row["train_tokens"]),
-        f"{row['train_seconds']:.1f}",
-    ]
-
-
-def ratio_cells(r: dict) -> list:
-    return [r["pair"], r["improvement_factor"], r["success_gain"], r["attempts_ratio"], r["convergence_speedup"]]
-
-
-def run_cells(result: dict) -> list[list]:
-    return [
-        [
-            name,
-            r["seed"],
-            r["status"],
-            r["initial_success"],
-            r["final_success"],
-            r["final_attempts"],
-            r["convergence_step"],
-            r["train_tokens"],
-            f"{r['train_seconds']:.1f}",
-        ]
-        for name, runs in result["runs"].items()
-        for r in runs
-    ]
-
-
-def describe(result: dict) -> str:
-    h, c = result["held_out"], result["convergence"]
-    held_out = f"{len(h['problems'])} held-out problems ({h['data']}, split {h['split']}, seed {h['seed']}, {h['decoding']})"
-    return (
-        f"{result['env']}: {held_out}, seeds {result['seeds']}. Success is the share of held-out problems the team solves; "
-        "the 95% interval is a t interval over seeds (Wilson over all episodes when there is one seed or all seeds agree). "
-        f"Convergence: first step at which the {c['window']}-step mean of "
-        f"training success reaches {c['threshold']} (seeds that never reach it count as the whole budget). "
-        "Ratios are each spec over the first."
-    )
-
-
-def write_outputs(out: Path, result: dict) -> None:
-    if not distributed.is_main():
-        return  # rank 0 alone writes
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(result, indent=2, default=str))
-    title = "Compare: " + " vs ".join(r["spec"] for r in result["rows"])
-    rows = [row_cells(r) for r in result["rows"]]
-    ratio_rows = [ratio_cells(r) for r in result["ratios"]]
-    md = [
-        f"# {title}",
-        "",
-        describe(result),
-        "",
-        *md_table(ROW_HEADERS, rows),
-        "",
-        "## Ratios",
-        "",
-        *md_table(RATIO_HEADERS, ratio_rows),
-        "",
-        "## Runs",
-        "",
-        *md_table(RUN_HEADERS, run_cells(result)),
-        "",
-    ]
-    (out / "compare.md").write_text("\n".join(md), encoding="utf-8")
-    body = (
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(describe(result))}</p>{html_table(ROW_HEADERS, rows)}"
-        f"<h2>Ratios</h2>{html_table(RATIO_HEADERS, ratio_rows)}<h2>Training curves</h2>{html_images(curve_plots(result))}"
-        f"<h2>Runs</h2>{html_table(RUN_HEADERS, run_cells(result))}"
-    )
-    (out / "compare.html").write_text(html_page(title, body), encoding="utf-8")
-
-
-def curve_plots(result: dict) -> dict[str, bytes]:
-    """Training success per step, mean over seeds, one line per spec."""
-    series = {}
-    for name, runs in result["runs"].items():
-        n = min(len(r["success_curve"]) for r in runs)
-        if n:
-            series[name] = (list(range(1, n + 1)), [sum(r["success_curve"][i] for r in runs) / len(runs) for i in range(n)])
-    return {"success": line_plot(series, "Team success while training (mean over seeds)", "success rate")} if series else {}
-
-
-def console_table(result: dict) -> Table:
-    """The spec rows, narrowed to what fits a terminal (compare.md has every column)."""
-    keep = [0, 4, 5, 6, 7, 8]  # spec, initial, final, CI, attempts, convergence
-    table = Table(*(ROW_HEADERS[i] for i in keep), title="compare (held-out success)")
-    for row in result["rows"]:
-        cells = row_cells(row)
-        table.add_row(*(fmt(cells[i]) for i in keep))
-    return table
-
-
-def ratios_table(result: dict) -> Table:
-    table = Table(*RATIO_HEADERS)
-    for r in result["ratios"]:
-        table.add_row(*(fmt(c) for c in ratio_cells(r)))
-    return table
+__all__ = ["compare", "console_table", "ratios_table"]  # cli.py prints the tables compare_report.py builds

@@ -119,6 +119,7 @@ def episode_record(env: TurnEnv) -> dict:
     """What one episode did, compactly: outcome and each action's text (to diff two policies)."""
     return {
         "id": env.problem.id,
+        "question": env.problem.question,  # ids repeat across seeds and files; the content says what was scored
         "success": env.success,
         "attempts": env.attempts,
         "actions": [t["text"] for t in env.transcript],

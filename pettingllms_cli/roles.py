@@ -21,7 +21,7 @@ class RoleAssigner:
         self.roles: tuple[str, ...] = ENVS[spec.env.name].layouts[spec.env.layout]  # turn order
         self.agents = sorted(spec.agents)  # sorted: YAML order does not matter
         self.history: dict[str, list[float]] = {}  # "agent/role" -> recent successes (last `window`)
-        self.tries: dict[str, int] = {}  # "agent/role" -> episodes played, all time
+        self.tries: dict[str, int] = {}  # "agent/role" -> episodes played, all time (logged; UCB counts the window)
 
     def assign(self, step: int, n: int) -> list[Assignment]:
         """The role -> agent map of each of the step's n episodes."""
@@ -40,8 +40,12 @@ class RoleAssigner:
         return out
 
     def _ucb_pick(self, role: str, pending: dict[str, int]) -> str:
-        """Argmax over agents of mean recent success + c * sqrt(ln N / n); untried agents first."""
-        counts = {a: self.tries.get(f"{a}/{role}", 0) + pending.get(f"{a}/{role}", 0) for a in self.agents}
+        """Argmax over agents of mean recent success + c * sqrt(ln N / n); untried agents first.
+
+        n counts the episodes the mean is taken over (the last `window`, plus those handed out in this
+        batch), not all time: an all-time n would shrink the bonus of a mean that only sees `window`.
+        """
+        counts = {a: len(self.history.get(f"{a}/{role}", [])) + pending.get(f"{a}/{role}", 0) for a in self.agents}
         total = sum(counts.values())
 
         def score(agent: str) -> float:

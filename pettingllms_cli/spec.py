@@ -167,6 +167,24 @@ class TrainSpec(Strict):
         ge=1,
         description="Stop the run when an agent's update is skipped (non-finite loss or gradient) this many steps in a row.",
     )
+    eval_every: int | None = Field(
+        None,
+        description="Every N steps, score the first `eval_subset` held-out problems greedily and log "
+        "`heldout_success_rate` (and `heldout_mean_attempts_to_success`) in metrics.jsonl; `compare` takes convergence "
+        "from this held-out curve. 1 <= N <= steps. Unset: held-out scores only before and after training.",
+    )
+    eval_subset: int = Field(
+        8, ge=1, description="Held-out problems scored every `eval_every` steps: the first N of the held-out set (fixed)."
+    )
+
+    @model_validator(mode="after")
+    def _eval_every_fits(self) -> TrainSpec:
+        if self.eval_every is not None and not 1 <= self.eval_every <= self.steps:
+            raise ValueError(
+                f"eval_every: {self.eval_every} must be between 1 and train.steps ({self.steps}); "
+                f"e.g. eval_every: {max(1, self.steps // 4)}, or leave it out to score held-out problems only before and after"
+            )
+        return self
 
 
 class Experiment(Strict):

@@ -128,3 +128,28 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator is None or denominator == 0 or math.isnan(numerator) or math.isnan(denominator):
         return None
     return numerator / denominator
+
+
+def factor_interval(numerators: list[float | None], denominators: list[float | None]) -> dict:
+    """An improvement factor over seeds: the ratio of the means, and a 95% t interval over per-seed ratios.
+
+    Seeds are paired by index (seed k of one arm with seed k of the other: same seed, same problems).
+    Pairs with a missing value (e.g. no episode solved, so no attempts figure) are left out; the
+    interval needs two or more per-seed ratios with a nonzero denominator, else it is None.
+
+    >>> f = factor_interval([0.6, 0.8], [0.4, 0.4])  # per seed 1.5 and 2.0: 1.75 +- 12.706 * 0.25
+    >>> round(f["factor"], 4), [round(x, 3) for x in f["ci"]], f["seeds"]
+    (1.75, [0.0, 4.927], 2)
+    >>> factor_interval([0.5], [0.25])
+    {'factor': 2.0, 'ci': None, 'seeds': 1}
+    >>> factor_interval([None, 2.0], [1.0, 0.0])["factor"] is None
+    True
+    """
+    pairs = [(n, d) for n, d in zip(numerators, denominators, strict=True) if n is not None and d is not None]
+    if not pairs:
+        return {"factor": None, "ci": None, "seeds": 0}
+    factor = ratio(sum(n for n, _ in pairs) / len(pairs), sum(d for _, d in pairs) / len(pairs))
+    per_seed = [n / d for n, d in pairs if d]
+    mean, half = mean_interval(per_seed) if len(per_seed) == len(pairs) else (None, None)
+    ci = [max(0.0, mean - half), mean + half] if half is not None else None
+    return {"factor": factor, "ci": ci, "seeds": len(pairs)}

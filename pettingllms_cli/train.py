@@ -57,7 +57,14 @@ from pettingllms_cli.spec import Experiment
 from pettingllms_cli.teamlog import team_metrics
 from pettingllms_cli.update import AgentStats, update
 
-WALL_CLOCK_KEYS = ("seconds", "tokens_per_second", "sampling_tokens_per_second", "peak_rss_mb", "cuda_peak_mb")  # vary run to run
+WALL_CLOCK_KEYS = (  # vary run to run
+    "seconds",
+    "tokens_per_second",
+    "sampling_tokens_per_second",
+    "peak_rss_mb",
+    "cuda_peak_mb",
+    "heldout_seconds",
+)
 TRAIN_POOL = 10_000  # training problems drawn from; fixed so that extending train.steps keeps the data order
 
 
@@ -115,6 +122,7 @@ def train(
                 state = advance(state, stats)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
                 metrics |= team_metrics(team, whole, distilled)  # reward parts, roles per episode, memory, distillation
+                metrics |= heldout_metrics(team, spec, eval_problems, state.step)  # every train.eval_every steps
                 if distributed.is_main():
                     append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
                 stop_if_stuck(spec, state, run_dir)
@@ -334,10 +342,38 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
         metrics[f"skipped_updates/{agent}"] = int(st.skipped)
     metrics["tokens_generated"] = rollout.tokens
     metrics["on_policy_tokens"] = rollout.on_policy_tokens
+    metrics |= compute_metrics(spec, rollout, stats)
     metrics["tokens_per_second"] = rollout.tokens / seconds if seconds > 0 else 0.0
     metrics["sampling_tokens_per_second"] = rollout.tokens / rollout.seconds if rollout.seconds > 0 else 0.0
     metrics["seconds"] = round(seconds, 3)
     return {k: _clean(v) for k, v in metrics.items()}
+
+
+def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentStats]) -> dict:
+    """What the step spent, as `compare` reports it per arm (docs/metrics.md)."""
+    updated = {spec.adapter_of(a) for a, st in stats.items() if st.tokens > 0 and not st.skipped}
+    return {
+        "sampled_actions": len(rollout.samples),  # candidates in the step's groups (not play-outs, not intents)
+        "trained_tokens": sum(st.tokens for st in stats.values()),  # completion tokens in the loss
+        "optimizer_steps": len(updated),  # adapters that took an optimizer step
+    }
+
+
+def heldout_metrics(team: Team, spec: Experiment, eval_problems: list[Problem], step: int) -> dict:
+    """At every `train.eval_every`-th step: greedy success on the first `eval_subset` held-out problems (a fixed set).
+
+    This curve, not training success, is what `compare` reads convergence from (docs/metrics.md).
+    """
+    every = spec.train.eval_every
+    if every is None or step % every:
+        return {}
+    scored = evaluate(team, spec, eval_problems[: spec.train.eval_subset], n_transcripts=0, score_actions=False)
+    return {
+        "heldout_success_rate": scored["team_success_rate"],
+        "heldout_mean_attempts_to_success": scored["mean_attempts_to_success"],
+        "heldout_episodes": scored["episodes"],
+        "heldout_seconds": scored["seconds"],
+    }
 
 
 def _clean(v: object) -> object:

@@ -1,4 +1,5 @@
-"""`pettingllms compare` on two tiny specs (single agent vs team), 2 steps x 2 seeds: files, rows, reuse, refusals."""
+"""`pettingllms compare` on two tiny specs (single agent vs team), 2 steps x 2 seeds: files, rows, reuse, refusals,
+levelled compute, held-out convergence, the problems each seed was scored on, the verdict and the 80-column table."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"max_turns": 1, "eval_problems": 2}  # one round, two held-out problems: seconds per run
-BUDGET = {"problems_per_step": 1, "max_new_tokens": 4}
+BUDGET = {"problems_per_step": 1, "max_new_tokens": 4, "eval_every": 1, "eval_subset": 2}  # a held-out point a step
 
 
 def write_specs(folder: Path) -> tuple[Path, Path]:
@@ -55,10 +56,12 @@ def test_writes_three_files_with_one_row_per_spec(compared):
         assert row["seeds"] == 2
         lo, hi = row["final_success_ci"]
         assert 0.0 <= lo <= row["final_success"] <= hi <= 1.0
-        assert row["train_tokens"] > 0 and row["train_seconds"] > 0
-        assert row["mean_attempts"] == pytest.approx(1.0)  # max_turns 1: attempts are 1 solved or not
+        assert row["sampled_tokens"] > 0 and row["wall_seconds"] > 0 and row["trained_tokens"] > 0
+        assert row["optimizer_steps"] > 0 and row["sampled_actions"] > 0
+        # max_turns 1: a solved episode took one attempt; with nothing solved there is no attempts figure.
+        assert row["mean_attempts"] == (pytest.approx(1.0) if row["final_success"] > 0 else None)
     assert [r["pair"] for r in result["ratios"]] == ["smoke/solo"]
-    assert result["budget"]["train.steps"] == [2, 2]
+    assert {"improvement_factor_ci", "attempts_factor_ci", "convergence_factor_ci"} <= set(result["ratios"][0])
     runs = result["runs"]
     assert {name: [r["seed"] for r in rs] for name, rs in runs.items()} == {"solo": [0, 1], "smoke": [0, 1]}
     assert all(r["status"] == "trained" and r["steps"] == 2 for rs in runs.values() for r in rs)
@@ -66,10 +69,153 @@ def test_writes_three_files_with_one_row_per_spec(compared):
     for rs in runs.values():
         for r in rs:
             scored = json.loads((Path(r["run_dir"]) / "compare_eval.json").read_text())
-            assert [e["id"] for e in scored["final"]["per_episode"]] == result["held_out"]["problems"]
+            assert [e["id"] for e in scored["final"]["per_episode"]] == [p["id"] for p in result["held_out"]["problems"]]
     md = (out / "compare.md").read_text()
-    assert md.count("\n| solo | single | 1 | 2 |") == 1 and md.count("\n| smoke | multi | 2 | 2 |") == 1
+    # spec, layout, roles, seeds, K: the lone agent samples 2x2 candidates per group to match the team's 2 roles x 2.
+    assert md.count("\n| solo | single | 1 | 2 | 4 |") == 1 and md.count("\n| smoke | multi | 2 | 2 | 2 |") == 1
     assert "| smoke/solo |" in md
+
+
+def test_default_budget_samples_equal_actions_per_step_and_says_so(compared):
+    _, out = compared
+    result = json.loads((out / "compare.json").read_text())
+    budget = result["budget"]
+    assert budget["mode"] == "actions" and "K*R_max/R" in budget["how"]
+    assert budget["overrides"] == {"solo": ["algorithm.group_size=4"], "smoke": []}
+    assert budget["sampled_actions_per_step"] == {"solo": 4, "smoke": 4}  # 1 problem x 1 role x 4 = 1 x 2 roles x 2
+    for runs in result["runs"].values():
+        for run in runs:
+            rows = [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+            assert [r["sampled_actions"] for r in rows] == [4, 4]
+    a, b = (row["sampled_actions"] for row in result["rows"])
+    assert a == b == 8  # per seed: 2 steps x 4
+
+
+def test_seed_1_is_scored_on_the_problems_compare_json_lists(compared):
+    _, out = compared
+    result = json.loads((out / "compare.json").read_text())
+    listed = [p["question"] for p in result["held_out"]["problems"]]
+    for name in ("solo", "smoke"):
+        scored = json.loads((out / name / "seed1" / "compare_eval.json").read_text())
+        for when in ("initial", "final"):
+            assert [e["question"] for e in scored[when]["per_episode"]] == listed
+        own = json.loads((out / name / "seed1" / "eval_after.json").read_text())
+        # Same ids (test-0, test-1), other questions: train scored seed 1's own held-out set, compare did not reuse it.
+        assert [e["id"] for e in own["per_episode"]] == [e["id"] for e in scored["final"]["per_episode"]]
+        assert [e["question"] for e in own["per_episode"]] != listed
+
+
+def test_held_out_curve_is_logged_and_drives_convergence(compared):
+    _, out = compared
+    result = json.loads((out / "compare.json").read_text())
+    assert result["convergence"]["metric"].startswith("heldout_success_rate")
+    for runs in result["runs"].values():
+        for run in runs:
+            assert [s for s, _ in run["heldout_curve"]] == [1, 2]  # train.eval_every: 1
+
+
+def test_verdict_opens_the_reports_and_the_terminal(compared, tmp_path, monkeypatch, capsys):
+    (solo, team), out = compared
+    result = json.loads((out / "compare.json").read_text())
+    verdict = result["verdict"]
+    assert "held-out success" in verdict and "--budget actions" in verdict and "sampled actions" in verdict
+    assert verdict.count(".") >= 1 and "\n" not in verdict
+    md = (out / "compare.md").read_text().splitlines()
+    assert md[2] == f"**{verdict}**"  # right under the title
+    assert verdict in (out / "compare.html").read_text().replace("&#x27;", "'")
+
+
+def test_console_table_fits_80_columns_with_whole_spec_names():
+    from rich.console import Console
+
+    from pettingllms_cli.compare import console_table, ratios_table
+
+    row = {
+        "spec": "quickstart_single_long_name",
+        "initial_success": 0.5,
+        "final_success": 0.875,
+        "final_success_ci": [0.6, 1.0],
+        "mean_attempts": 1.25,
+        "convergence_step": 4.0,
+        "sampled_actions": 12345.0,
+    }
+    result = {
+        "rows": [row, {**row, "spec": "quickstart"}],
+        "ratios": [
+            {
+                "pair": "quickstart/quickstart_single_long_name",
+                **{f"{k}_factor": 1.234 for k in ("improvement", "attempts", "convergence")},
+                **{f"{k}_factor_ci": [0.5, 2.5] for k in ("improvement", "attempts", "convergence")},
+            }
+        ],
+    }
+    console = Console(width=80, record=True)
+    console.print(console_table(result))
+    console.print(ratios_table(result))
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80
+    assert "quickstart_single_long_name" in text  # one piece, not wrapped
+
+
+def test_unknown_budget_is_refused(spec_files, tmp_path, monkeypatch, capsys):
+    args = ["compare", *map(str, spec_files), "--budget", "flops", "--out", str(tmp_path / "o")]
+    assert run_cli(args, monkeypatch) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--budget 'flops'" in err and "actions" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_refuses_arms_whose_lr_differs(spec_files, tmp_path, monkeypatch, capsys):
+    faster = yaml.safe_load(spec_files[1].read_text())
+    faster["algorithm"]["lr"] = 0.5
+    (tmp_path / "faster.yaml").write_text(yaml.safe_dump(faster))
+    args = ["compare", str(spec_files[0]), str(tmp_path / "faster.yaml"), "--out", str(tmp_path / "o")]
+    assert run_cli(args, monkeypatch) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "algorithm.lr" in err and "0.01" in err and "0.5" in err and "--allow-unequal" in err
+    assert not (tmp_path / "o").exists()  # refused before any training
+
+
+def test_team_keys_may_differ_but_models_and_lora_may_not(spec_files):
+    from pettingllms_cli.budget import check_equal_arms
+    from pettingllms_cli.errors import UserError
+    from pettingllms_cli.spec import parse_spec
+
+    solo, team = (yaml.safe_load(p.read_text()) for p in spec_files)
+    team |= {"reward": {**team["reward"], "credit": "difference"}, "assignment": {"mode": "rotate"}}
+    check_equal_arms(list(spec_files), [parse_spec(solo), parse_spec(team)])  # credit and assignment define a team
+    for key, value in (("lora", {"r": 8, "alpha": 8}), ("temperature", 0.7)):
+        other = json.loads(json.dumps(solo))
+        if key == "lora":
+            other["agents"]["solver"]["lora"] = value
+        else:
+            other["train"]["temperature"] = value
+        with pytest.raises(UserError, match="--allow-unequal"):
+            check_equal_arms(list(spec_files), [parse_spec(other), parse_spec(team)])
+
+
+def test_convergence_comes_from_the_held_out_curve(tmp_path, spec_files):
+    from pettingllms_cli.compare import run_summary
+    from pettingllms_cli.spec import load_spec
+
+    spec = load_spec(spec_files[1])
+    run = tmp_path / "run"
+    run.mkdir()
+    # Training success saturates at once; held-out success stays flat at 0.25.
+    rows = [
+        {"step": s, "team_success_rate": 1.0, "best_branch_success_rate": 1.0, "heldout_success_rate": 0.25} for s in range(1, 7)
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scored = {
+        when: {"team_success_rate": 0.25, "successes": 1, "episodes": 4, "mean_attempts_to_success": 1.0}
+        for when in ("initial", "final")
+    }
+    assert run_summary(spec, run, "trained", scored, threshold=0.5, window=3)["convergence_step"] is None
+    for r in rows[3:]:
+        r["heldout_success_rate"] = 0.75  # held-out climbs at step 4: the 3-point mean reaches 0.5 at step 5
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert run_summary(spec, run, "trained", scored, threshold=0.5, window=3)["convergence_step"] == 5
 
 
 def test_html_parses_and_inlines_the_curves(compared):
@@ -108,10 +254,12 @@ def test_changed_spec_is_not_reused(compared, tmp_path):
     from pettingllms_cli.compare import run_state, seeded
 
     (solo, _), out = compared
-    assert run_state(seeded(solo, 0, 2), out / "solo" / "seed0") == "done"
-    assert run_state(seeded(solo, 0, 3), out / "solo" / "seed0") == "stale"  # another budget
-    assert run_state(seeded(solo, 1, 2), out / "solo" / "seed0") == "stale"  # another seed
-    assert run_state(seeded(solo, 0, 2), tmp_path / "fresh") == "new"
+    levelled = ["algorithm.group_size=4"]  # what --budget actions gave the lone agent
+    assert run_state(seeded(solo, 0, 2, levelled), out / "solo" / "seed0") == "done"
+    assert run_state(seeded(solo, 0, 2), out / "solo" / "seed0") == "stale"  # another group size
+    assert run_state(seeded(solo, 0, 3, levelled), out / "solo" / "seed0") == "stale"  # another budget
+    assert run_state(seeded(solo, 1, 2, levelled), out / "solo" / "seed0") == "stale"  # another seed
+    assert run_state(seeded(solo, 0, 2, levelled), tmp_path / "fresh") == "new"
 
 
 @pytest.fixture

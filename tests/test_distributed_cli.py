@@ -142,8 +142,8 @@ def test_fewer_problems_than_ranks(tmp_path):
 def table(out: Path) -> dict:
     """compare.json without wall-clock seconds, the run folder and the status (trained or reused)."""
     result = json.loads((out / "compare.json").read_text())
-    result["rows"] = [{k: v for k, v in r.items() if k != "train_seconds"} for r in result["rows"]]
-    drop = {"train_seconds", "run_dir", "status"}
+    result["rows"] = [{k: v for k, v in r.items() if k != "wall_seconds"} for r in result["rows"]]
+    drop = {"wall_seconds", "run_dir", "status"}
     result["runs"] = {name: [{k: v for k, v in r.items() if k not in drop} for r in rs] for name, rs in result["runs"].items()}
     return result
 
@@ -179,7 +179,7 @@ def test_compare_on_two_ranks_matches_one(tmp_path, monkeypatch):
 
     assert table(two) == table(one)
     rows = table(two)["rows"]
-    assert [r["spec"] for r in rows] == ["solo", "smoke"] and all(r["train_tokens"] > 0 for r in rows)
+    assert [r["spec"] for r in rows] == ["solo", "smoke"] and all(r["sampled_tokens"] > 0 for r in rows)
     for name in ("solo", "smoke"):
         for seed in (0, 1):
             first, second = adapters(one / name / f"seed{seed}", 2), adapters(two / name / f"seed{seed}", 2)

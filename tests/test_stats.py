@@ -69,8 +69,36 @@ def test_ratio_and_compare_ratios():
     assert r["pair"] == "team/solo"
     assert r["improvement_factor"] == pytest.approx(3.0)
     assert r["success_gain"] == pytest.approx(0.5)
-    assert r["attempts_ratio"] == pytest.approx(0.5)
-    assert r["convergence_speedup"] is None  # the baseline never converged: no honest speed-up
+    assert r["attempts_factor"] == pytest.approx(2.0)  # single / team: the team needs half the attempts
+    assert r["convergence_factor"] is None  # the baseline never converged: no honest speed-up
+    assert r["improvement_factor_ci"] is None  # one run each: no interval over seeds
+
+
+def test_factors_have_intervals_over_paired_seeds():
+    solo = [{"final_success": 0.4, "final_attempts": 3.0, "convergence_step": 8}] * 2
+    team = [
+        {"final_success": 0.6, "final_attempts": 1.5, "convergence_step": 4},
+        {"final_success": 0.8, "final_attempts": None, "convergence_step": 2},
+    ]
+    a = {"spec": "solo", "final_success": 0.4, "mean_attempts": 3.0, "convergence_step": 8.0}
+    b = {"spec": "team", "final_success": 0.7, "mean_attempts": 1.5, "convergence_step": 3.0}
+    r = ratios(a, b, solo, team)
+    # Success per seed 1.5 and 2.0: mean 1.75, sd 0.3536, t(1) 12.706 -> half 12.706 * 0.25 = 3.1765, cut at 0.
+    assert r["improvement_factor"] == pytest.approx(0.7 / 0.4)
+    assert r["improvement_factor_ci"] == pytest.approx([0.0, 1.75 + 12.706 * 0.25])
+    assert r["attempts_factor_ci"] is None  # seed 1 solved nothing: one pair left, no interval
+    # Convergence 8/4 = 2 and 8/2 = 4: mean 3, sd 1.4142, se 1 -> half 12.706.
+    assert r["convergence_factor_ci"] == pytest.approx([0.0, 3.0 + 12.706])
+
+
+def test_factor_interval_by_hand():
+    from pettingllms_cli.stats import factor_interval
+
+    f = factor_interval([0.9, 0.8, 0.7], [0.3, 0.4, 0.35])  # per seed 3.0, 2.0, 2.0
+    per_seed_mean, sd = 7 / 3, math.sqrt(((3 - 7 / 3) ** 2 + 2 * (2 - 7 / 3) ** 2) / 2)
+    half = 4.303 * sd / math.sqrt(3)
+    assert f["factor"] == pytest.approx(0.8 / 0.35) and f["seeds"] == 3
+    assert f["ci"] == pytest.approx([per_seed_mean - half, per_seed_mean + half])
 
 
 def test_success_interval_over_seeds_and_fallback():

@@ -334,3 +334,16 @@ def test_eval_plays_the_best_assignment_found(smoke_tree):
     static = RoleAssigner(_spec(smoke_tree))
     static.record([swapped], [1.0])
     assert static.best() == spec.role_owner()  # static runs always evaluate their own roles
+
+
+def test_ucb_counts_the_same_window_as_its_means(smoke_tree):
+    """a: 10 episodes, the last 2 all successes; b: 2 episodes, one success. Over the window both have n = 2,
+    so a's better mean wins; counting a's 10 all-time episodes would shrink its bonus and pick b."""
+    spec = _spec(smoke_tree, assignment={"mode": "adaptive", "ucb_c": 1.0, "window": 2})
+    roles = RoleAssigner(spec)
+    a_plays = {"tool_caller": "caller", "verifier": "verifier"}
+    b_plays = {"tool_caller": "verifier", "verifier": "caller"}
+    roles.record([a_plays] * 8, [0.0] * 8)
+    roles.record([a_plays] * 2 + [b_plays] * 2, [1.0, 1.0, 1.0, 0.0])
+    assert roles.tries["caller/tool_caller"] == 10 and len(roles.history["caller/tool_caller"]) == 2
+    assert roles.assign(0, 1)[0]["tool_caller"] == "caller"

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from peft import set_peft_model_state_dict
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from pettingllms_cli.errors import UserError
@@ -102,6 +103,37 @@ def _write_adapters(team: Team, folder: Path) -> None:
         shutil.rmtree(staging)
 
 
+def measure_checkpoint(team: Team, run_dir: Path) -> int:
+    """Bytes one checkpoint of this team takes on disk (in 4 KiB blocks), measured by writing one and deleting it.
+
+    Before the first step AdamW holds no moments yet, so the measured state holds moments shaped
+    like the adapters, as every later checkpoint does.
+    """
+    scratch = run_dir / "checkpoints" / f"step_0.tmp-{os.getpid()}"  # an interrupted write: remove_stale cleans it
+    try:
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        _write_adapters(team, scratch)
+        optimizers = {name: _with_moments(opt) for name, opt in team.optimizers.items()}
+        state = {"step": 0, "optimizers": optimizers, "rng": rng_state(), "spec": team.spec.model_dump(mode="json")}
+        torch.save(state, scratch / STATE_FILE)
+        return sum(-(-f.stat().st_size // 4096) * 4096 for f in scratch.rglob("*") if f.is_file())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _with_moments(opt: torch.optim.Optimizer) -> dict:
+    """The optimizer's state_dict, with two AdamW moments per parameter when it has taken no step yet."""
+    state = opt.state_dict()
+    if not state["state"]:
+        params = [p for group in opt.param_groups for p in group["params"]]
+        state["state"] = {
+            i: {"step": torch.tensor(1.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+            for i, p in enumerate(params)
+        }
+    return state
+
+
 def _fsync(path: Path) -> None:
     with path.open("rb") as f:
         os.fsync(f.fileno())
@@ -153,13 +185,52 @@ def latest_checkpoint(run_dir: Path, agents: list[str] | None = None) -> Path | 
     return None
 
 
-def load_adapters(team: Team, folder: Path) -> None:
-    """Load each agent's saved adapter weights into the team's live adapters."""
-    for agent in sorted(team.spec.agents):
+def saved_agents(folder: Path) -> list[str]:
+    """The agents a checkpoint holds a folder for (complete or not)."""
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")) if folder.is_dir() else []
+
+
+def check_agent_names(folder: Path, agents: list[str]) -> None:
+    """Refuse a checkpoint whose agents carry other names than the spec's (an agent renamed), in one line."""
+    saved = saved_agents(folder)
+    if any(a not in saved for a in agents) and set(saved) - set(agents):
+        raise UserError(
+            f"{folder}: the agent names differ: the checkpoint holds {', '.join(saved)}, the spec names "
+            f"{', '.join(sorted(agents))}; use the run's own agent names (as in the spec it was trained with)"
+        )
+
+
+def adapter_problem(folder: Path, agents: list[str]) -> str | None:
+    """Why `folder` cannot give each agent its adapter (missing, or cut short by a crash or a full disk), or None."""
+    for agent in sorted(agents):
         weights = folder / agent / ADAPTER_FILE
         if not weights.is_file():
-            raise UserError(f"{folder}: no adapter for agent {agent!r}; the checkpoint is partial or from another spec")
-        set_peft_model_state_dict(team.model_of(agent), load_file(weights), adapter_name=team.spec.adapter_of(agent))
+            return f"partial checkpoint, no adapter for agent {agent!r}"
+        try:
+            with safe_open(weights, "pt") as f:  # checks that the header's tensors lie inside the file
+                f.keys()
+        except Exception as e:  # SafetensorError, OSError: a damaged file
+            return f"damaged adapter file {agent}/{ADAPTER_FILE} ({type(e).__name__})"
+    return None
+
+
+def load_adapters(team: Team, folder: Path) -> None:
+    """Load each agent's saved adapter weights into the team's live adapters; a misfit is one line, not a traceback."""
+    agents = sorted(team.spec.agents)
+    check_agent_names(folder, agents)
+    problem = adapter_problem(folder, agents)
+    if problem:
+        raise UserError(f"{folder}: {problem}; use an earlier checkpoints/step_N folder")
+    for agent in agents:
+        try:
+            weights = load_file(folder / agent / ADAPTER_FILE)
+            set_peft_model_state_dict(team.model_of(agent), weights, adapter_name=team.spec.adapter_of(agent))
+        except RuntimeError as e:  # size mismatch: another LoRA rank, target modules or base model than the spec's
+            first = str(e).strip().splitlines()[-1].strip()[:160]
+            raise UserError(
+                f"{folder / agent}: the saved adapter does not fit agent {agent!r} of the spec ({first}); the spec's "
+                "lora or model differs from the one it was trained with: restore it, or start a new run with another --out"
+            ) from None
 
 
 def read_state(folder: Path) -> dict:
@@ -171,16 +242,56 @@ def read_state(folder: Path) -> dict:
         raise UserError(f"{why}; delete {folder} to resume from the one before") from None
 
 
-def load_checkpoint(team: Team, folder: Path) -> dict:
+def usable_checkpoint(run_dir: Path, agents: list[str]) -> tuple[Path | None, dict | None, list[str]]:
+    """The newest checkpoint that loads, its trainer state, and a note for each newer one skipped as damaged.
+
+    A checkpoint folder is renamed into place only once complete, but its files can still be
+    damaged afterwards (a disk error, a truncated copy): --resume then falls back to the one before.
+    """
+    skipped = []
+    for _, folder in reversed(complete_checkpoints(run_dir)):
+        check_agent_names(folder, agents)
+        problem = adapter_problem(folder, agents)
+        try:
+            state = None if problem else read_state(folder)
+        except UserError:
+            problem = f"unreadable {STATE_FILE}"
+        if problem is None:
+            return folder, state, skipped
+        skipped.append(f"skipped {folder.name}: {problem}")
+    return None, None, skipped
+
+
+WEIGHT_FIELDS = re.compile(r"^(models\.[^.]+\.source|agents\.[^.]+\.(model|lora\..+)|specialization)$")  # fix the adapters' shape
+
+
+def weights_spec_changes(spec_now: dict, folder: Path) -> list[str]:
+    """`key: old -> new` for each field that shapes the adapters and differs from the spec `folder` was trained with."""
+    from pettingllms_cli.rundir import spec_changes
+
+    saved = read_state(folder).get("spec")
+    if not isinstance(saved, dict):
+        return []  # a checkpoint from before specs were saved in them
+    changes = spec_changes(saved, spec_now)
+    return [f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items() if WEIGHT_FIELDS.match(k)]
+
+
+def load_checkpoint(team: Team, folder: Path, state: dict | None = None) -> dict:
     """Restore adapters, optimizers and RNG from a checkpoint; returns the trainer state."""
-    state = read_state(folder)
+    state = read_state(folder) if state is None else state
     missing = sorted(set(team.optimizers) - set(state["optimizers"]))
     if missing:
         raise UserError(f"{folder}: no optimizer state for adapter(s) {missing}; the checkpoint is from another spec")
     load_adapters(team, folder)
     algo = team.spec.algorithm
     for name, opt in team.optimizers.items():
-        opt.load_state_dict(state["optimizers"][name])
+        try:
+            opt.load_state_dict(state["optimizers"][name])
+        except (ValueError, RuntimeError, KeyError) as e:  # other parameter groups: the adapters' layout changed
+            raise UserError(
+                f"{folder}: the optimizer state of adapter {name!r} does not fit the spec ({type(e).__name__}); "
+                "the spec's lora or model differs from the one it was trained with: restore it, or start a new run"
+            ) from None
         for group in opt.param_groups:  # hyper-parameters follow the spec (they differ only after --force)
             group["lr"], group["weight_decay"] = algo.lr, algo.weight_decay
     set_rng_state(state["rng"])

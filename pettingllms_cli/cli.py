@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -26,6 +27,12 @@ envs_app = typer.Typer(no_args_is_help=True, help="Registered environments.")
 app.add_typer(models_app, name="models")
 app.add_typer(envs_app, name="envs")
 console = Console()
+
+
+def say(message: str) -> None:
+    """Print a plain line: paths and names are never read as rich markup (`[x]` in a path stays)."""
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
 
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a spec field: dotted.key=value (repeatable).")]
 
@@ -119,7 +126,7 @@ def models_pull(name: Annotated[str, typer.Argument(help="Built-in model alias."
     """Materialise a built-in model in the local cache (converted once, then loads in a second)."""
     from pettingllms_cli.models.loader import pull
 
-    console.print(f"{name}: {pull(name)}")
+    say(f"{name}: {pull(name)}")
 
 
 @envs_app.command("list")
@@ -148,7 +155,7 @@ def envs_check(
         raise UserError(f"env {name!r} is not registered; known: {', '.join(sorted(ENVS))}")
     report = check_env(ENVS[name], data=data, limit=limit, seed=seed)
     for failure in report.failures:
-        console.print(f"[red]FAIL[/red] {failure}", highlight=False)
+        console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False)
     console.print(f"{report.passed} passed, {report.failed} failed")
     if not report.ok:
         raise typer.Exit(1)
@@ -182,11 +189,15 @@ def eval_(
     if temperature is not None and temperature <= 0:
         raise UserError(f"--temperature {temperature}: must be > 0; omit it for greedy decoding")
     _check_models(resolve_target(target).spec)
-    result = run_eval(target, data=data, split=split, episodes=episodes, seed=seed, temperature=temperature)
-    console.print(_eval_table(result))
-    if out is not None and distributed.is_main():
-        _write_json(out, result)
-        console.print(f"wrote {out}")
+    from pettingllms_cli.rundir import run_dir_of, writer_lock
+
+    into_run = run_dir_of(out) if out is not None else None  # --out inside a run directory: one writer at a time
+    with writer_lock(into_run, "then run this eval again") if into_run else contextlib.nullcontext():
+        result = run_eval(target, data=data, split=split, episodes=episodes, seed=seed, temperature=temperature)
+        console.print(_eval_table(result))
+        if out is not None and distributed.is_main():
+            _write_json(out, result)
+            say(f"wrote {out}")
 
 
 def _eval_table(result: dict) -> Table:

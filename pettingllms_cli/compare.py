@@ -64,10 +64,11 @@ def seeded(path: Path, seed: int, max_steps: int | None, budget: list[str] | tup
 def run_state(spec: Experiment, run_dir: Path) -> str:
     """`done` (reuse), `partial` (resume), `stale` (replace) or `new`."""
     from pettingllms_cli.checkpoint import complete_checkpoints
+    from pettingllms_cli.rundir import holds_run
 
     spec_file = run_dir / "spec.yaml"
     if not spec_file.is_file():
-        return "stale" if run_dir.exists() and any(run_dir.iterdir()) else "new"
+        return "stale" if holds_run(run_dir) else "new"
     saved = yaml.safe_load(spec_file.read_text())
     now = spec.model_dump(mode="json")
     if saved != now:
@@ -307,6 +308,8 @@ def compare(
     data: str | None = None,
 ) -> dict:
     """Train (or reuse) every spec x seed at levelled compute, score all on one held-out set, write the three files."""
+    from pettingllms_cli.rundir import writer_lock
+
     console = console or Console()
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: need at least one seed")
@@ -321,8 +324,9 @@ def compare(
         for seed in range(seeds):
             run_spec = seeded(path, seed, max_steps, extra)
             run_dir = out / spec.name / f"seed{seed}"
-            status = ensure_run(run_spec, run_dir, console)
-            scored = score_run(run_spec, run_dir, problems)
+            with writer_lock(run_dir, "then rerun this compare (finished runs are reused)"):  # one writer per run
+                status = ensure_run(run_spec, run_dir, console)
+                scored = score_run(run_spec, run_dir, problems)
             runs.append(run_summary(run_spec, run_dir, status, scored, threshold, window))
         runs_by_spec[spec.name] = runs
         rows.append(spec_row(spec, path, runs))

@@ -226,12 +226,20 @@ def resolve_target(path: Path) -> Target:
 
 
 def _check_adapters(spec: Experiment, folder: Path) -> Path:
-    """Fail before any weight loads when an agent's adapter file is missing."""
-    for agent in sorted(spec.agents):
-        if not (folder / agent / "adapter_model.safetensors").is_file():
-            raise UserError(
-                f"{folder}: partial checkpoint, no adapter for agent {agent!r}; use an earlier complete step_N folder"
-            )
+    """Fail before any weight loads when the checkpoint cannot serve the spec: agents named otherwise, an
+    adapter file missing or damaged, or a spec.yaml edited since (another LoRA rank or model)."""
+    from pettingllms_cli.checkpoint import adapter_problem, check_agent_names, weights_spec_changes
+
+    check_agent_names(folder, sorted(spec.agents))
+    problem = adapter_problem(folder, sorted(spec.agents))
+    if problem:
+        raise UserError(f"{folder}: {problem}; use an earlier complete step_N folder")
+    changed = weights_spec_changes(spec.model_dump(mode="json"), folder)
+    if changed:
+        raise UserError(
+            f"{folder}: the run's spec.yaml differs from the spec this checkpoint was trained with ({'; '.join(changed[:3])}); "
+            "restore spec.yaml"
+        )
     return folder
 
 

@@ -10,6 +10,8 @@ import base64
 import html
 import io
 import math
+import os
+from pathlib import Path
 
 Series = dict[str, tuple[list[float], list[float]]]  # label -> (x, y)
 
@@ -50,6 +52,20 @@ def line_plot(series: Series, title: str, ylabel: str, xlabel: str = "step") -> 
         return buf.getvalue()
     finally:
         plt.close(fig)
+
+
+def write_files(files: dict[Path, str | bytes]) -> None:
+    """Write each file whole or not at all (temporary file, then rename): a full disk leaves no 0-byte or cut PNG.
+
+    Raises the first OSError; files written before it are complete.
+    """
+    for path, content in files.items():
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            tmp.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def data_uri(png: bytes) -> str:

@@ -11,7 +11,8 @@ import html
 import json
 from pathlib import Path
 
-from pettingllms_cli.plots import Series, html_images, html_page, html_table, line_plot, md_table
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.plots import Series, html_images, html_page, html_table, line_plot, md_table, write_files
 
 PLOTS = {  # file stem -> (metric prefix or key, title, y label)
     "team_success": ("team_success_rate", "Team success: held-out (greedy) and training (sampled)", "success rate"),
@@ -23,14 +24,28 @@ PLOTS = {  # file stem -> (metric prefix or key, title, y label)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
+    """The step records of metrics.jsonl; a line cut short by a crash (or not a step record) is left out."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and "team_success_rate" in row:
+            rows.append(row)
+    return rows
 
 
 def read_json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    """An eval file, or None when it is missing or damaged (the report then leaves its table out)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) and "team_success_rate" in value else None
 
 
 def quarter_means(rows: list[dict], key: str) -> tuple[float, float]:
@@ -199,7 +214,6 @@ def write_report(run_dir: Path) -> Path:
     rows = read_metrics(run_dir)
     before, after = read_json(run_dir / "eval_before.json"), read_json(run_dir / "eval_after.json")
     pngs = run_plots(rows)
-    write_plot_files(run_dir / "plots", pngs)
     md, body = [f"# Run report: {run_dir.name}", ""], [f"<h1>Run report: {html.escape(run_dir.name)}</h1>"]
     if before and after:
         headers, table = ["held-out (greedy)", "before", "after"], eval_rows(before, after)
@@ -216,14 +230,16 @@ def write_report(run_dir: Path) -> Path:
     if samples:
         md += ["## Sample episodes (held-out, after training)" if after else "## Sample episodes", "", *episodes_md(samples)]
         body.append(f"<h2>Sample episodes</h2>{episodes_html(samples)}")
-    (run_dir / "report.html").write_text(html_page(f"Run report: {run_dir.name}", "\n".join(body)), encoding="utf-8")
     path = run_dir / "report.md"
-    path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    files = {run_dir / "plots" / f"{stem}.png": png for stem, png in pngs.items()}
+    files[run_dir / "report.html"] = html_page(f"Run report: {run_dir.name}", "\n".join(body))
+    files[path] = "\n".join(md) + "\n"
+    try:
+        if pngs:
+            (run_dir / "plots").mkdir(exist_ok=True)
+        write_files(files)
+    except OSError as e:
+        raise UserError(
+            f"{run_dir}: cannot write the report ({e.strerror or e}); free disk space, then run `pettingllms report {run_dir}`"
+        ) from None
     return path
-
-
-def write_plot_files(folder: Path, pngs: dict[str, bytes]) -> None:
-    if pngs:
-        folder.mkdir(exist_ok=True)
-    for stem, png in pngs.items():
-        (folder / f"{stem}.png").write_bytes(png)

@@ -1,18 +1,26 @@
-"""The run directory: creating it, checking it for --resume, probing that it is writable, atomic files.
+"""The run directory: one writer at a time, creating it, checking it for --resume, probing that it is writable, atomic files.
 
+One process writes a run directory at a time: `writer_lock` holds an flock on LOCK_FILE, which the
+kernel releases when the holder dies (even by SIGKILL), so a stale lock never blocks a resume.
 A file here is either written whole or not at all (`write_atomic`), so a kill at any moment
 leaves the previous content; `truncate_metrics` cuts metrics.jsonl back to a checkpoint.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shlex
 import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
+from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy import Team
 from pettingllms_cli.spec import Experiment, dump_spec
@@ -21,11 +29,116 @@ from pettingllms_cli.spec import Experiment, dump_spec
 RESUME_FREE_FIELDS = {"train.steps", "train.log_every", "train.checkpoint_every", "train.max_skipped_in_a_row", "output_dir"}
 
 
+LOCK_FILE = ".pettingllms.lock"  # holds the writer's pid and command; flock'ed while it writes
+_held: dict[Path, list] = {}  # resolved run dir -> [fd, depth, lock path]: this process's locks (re-entrant)
+
+
+# --- one writer ----------------------------------------------------------------------------------
+@contextmanager
+def writer_lock(run_dir: Path, then: str) -> Iterator[None]:
+    """Hold the run directory's writer lock (rank 0 takes it for all ranks); `then` ends the refusal message.
+
+    A second writer is refused at once with one line naming the live pid; re-entrant in one process.
+    """
+    distributed.on_main(acquire_lock, run_dir, then)
+    try:
+        yield
+    finally:
+        if distributed.is_main():
+            release_lock(run_dir)
+
+
+def acquire_lock(run_dir: Path, then: str) -> None:
+    key = run_dir.resolve()
+    if key in _held:
+        _held[key][1] += 1
+        return
+    path = run_dir / LOCK_FILE
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        fd = _open_locked(path)
+    except OSError as e:
+        raise UserError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); choose another --out") from None
+    if fd is None:
+        pid, command = lock_holder(path)
+        wait = f"wait for it to end (`tail --pid={pid} -f /dev/null`) or stop it (`kill {pid}`)" if pid else "wait for it to end"
+        raise UserError(f"{run_dir}: another process (pid {pid or '?'}: {command}) is writing this run directory; {wait}, {then}")
+    os.ftruncate(fd, 0)
+    os.write(fd, json.dumps({"pid": os.getpid(), "command": shlex.join(["pettingllms", *sys.argv[1:]])}).encode())
+    _held[key] = [fd, 1, path]
+
+
+def _open_locked(path: Path) -> int | None:
+    """An fd holding the exclusive flock on `path`, or None while another process holds it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the holder unlinked the file as we opened it: lock the one now at `path`
+
+
+def release_lock(run_dir: Path) -> None:
+    key = run_dir.resolve()
+    held = _held.get(key)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] > 0:
+        return
+    fd, _, path = _held.pop(key)
+    path.unlink(missing_ok=True)  # still locked here: a process that opened it meanwhile sees the inode gone and retries
+    os.close(fd)
+
+
+def lock_holder(path: Path) -> tuple[int | None, str]:
+    """(pid, command) the lock file names; (None, "?") while the holder has not written them yet."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return int(record["pid"]), str(record["command"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, "?"
+
+
+def run_dir_of(path: Path) -> Path | None:
+    """The run directory `path` lies in (a folder with spec.yaml and checkpoints or metrics), or None."""
+    for folder in path.resolve().parents:
+        if (folder / "spec.yaml").is_file() and ((folder / "checkpoints").is_dir() or (folder / "metrics.jsonl").is_file()):
+            return folder
+    return None
+
+
+def holds_run(run_dir: Path) -> bool:
+    """Whether `run_dir` holds anything besides a writer lock file."""
+    return run_dir.is_dir() and any(child.name != LOCK_FILE for child in run_dir.iterdir())
+
+
+def clear_run_dir(run_dir: Path) -> None:
+    """--overwrite: delete the run's files but keep the lock file this process holds (so no one else can start)."""
+    for child in run_dir.iterdir():
+        if child.name == LOCK_FILE:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
 # --- setup ---------------------------------------------------------------------------------------
 def prepare_run_dir(spec: Experiment, run_dir: Path, resume: bool, overwrite: bool, force: bool) -> dict:
     """Create the run directory (or check it for --resume), probe that it is writable, write spec.yaml.
 
-    Returns the spec fields a forced resume changes ({} otherwise).
+    The caller holds the writer lock. On --resume an existing spec.yaml is left as it is: the
+    resume writes the new one only once the checkpoint has loaded (`write_spec`), so a failed
+    `--resume --force` leaves the run as it was. Returns the spec fields a forced resume changes.
     """
     if resume and overwrite:
         raise UserError("--resume and --overwrite contradict each other: --resume continues the run, --overwrite deletes it")
@@ -40,18 +153,24 @@ def prepare_run_dir(spec: Experiment, run_dir: Path, resume: bool, overwrite: bo
                 f"{run_dir}: --resume with a different spec than the run's spec.yaml ({listed}{more}); "
                 "use the same spec, another --out, or add --force to continue with the new spec"
             )
-    elif run_dir.is_dir() and not resume and any(run_dir.iterdir()):
+    elif not resume and holds_run(run_dir):
         if not overwrite:
             raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --overwrite to replace it, or --out")
-        shutil.rmtree(run_dir)
+        clear_run_dir(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe_writable(run_dir)
-        write_atomic(spec_file, dump_spec(spec))
+        if not (resume and spec_file.is_file()):
+            write_atomic(spec_file, dump_spec(spec))
     except OSError as e:
         why = e.strerror or e
         raise UserError(f"{run_dir}: cannot write the run directory ({why}); choose another --out or free disk space") from None
     return changes
+
+
+def write_spec(run_dir: Path, spec: Experiment) -> None:
+    """spec.yaml after a resume: the spec the run now continues with (changed only by --force)."""
+    write_text_file(run_dir / "spec.yaml", dump_spec(spec), "then rerun with --resume")
 
 
 def read_saved_spec(path: Path) -> dict:
@@ -94,16 +213,40 @@ def probe_writable(run_dir: Path) -> None:
 
 
 def check_disk_space(team: Team, spec: Experiment, run_dir: Path) -> None:
-    """Refuse to start when the run's checkpoints (adapters + two AdamW moments each) will not fit."""
-    per_checkpoint = 3 * sum(p.numel() * p.element_size() for params in team.params.values() for p in params)
-    saves = spec.train.steps // spec.train.checkpoint_every + 1
+    """Refuse to start when the checkpoints this run still writes will not fit.
+
+    The size of one is measured by writing one (adapters, AdamW moments, RNG) to a scratch folder;
+    on resume, the checkpoints already on disk are counted out (they already use their space).
+    """
+    from pettingllms_cli.checkpoint import complete_checkpoints, measure_checkpoint
+
+    done = max((step for step, _ in complete_checkpoints(run_dir)), default=0)
+    saves = saves_left(done, spec.train.steps, spec.train.checkpoint_every)
+    if saves == 0:
+        return
+    try:
+        per_checkpoint = measure_checkpoint(team, run_dir)
+    except OSError as e:
+        why = e.strerror or e
+        raise UserError(f"{run_dir}: cannot write a checkpoint ({why}); free disk space or choose another --out") from None
     need = saves * per_checkpoint + 2**20
     free = shutil.disk_usage(run_dir).free
     if free < need:
         raise UserError(
-            f"{run_dir}: {free / 2**20:.1f} MiB free, but {saves} checkpoint(s) need about {need / 2**20:.1f} MiB; "
-            "free disk space, raise train.checkpoint_every or choose another --out"
+            f"{run_dir}: {free / 2**20:.1f} MiB free, but {saves} checkpoint(s) of {per_checkpoint / 2**10:.0f} KiB "
+            f"need about {need / 2**20:.1f} MiB; free disk space, raise train.checkpoint_every or choose another --out"
         )
+
+
+def saves_left(done: int, steps: int, every: int) -> int:
+    """Checkpoints a run at step `done` still writes: every `every` steps and the last one.
+
+    A graceful stop writes one more only in place of a later scheduled one (the last step always is).
+
+    >>> saves_left(0, 16, 4), saves_left(12, 20, 4), saves_left(16, 16, 4), saves_left(0, 10, 4)
+    (4, 2, 0, 3)
+    """
+    return sum(1 for s in range(done + 1, steps + 1) if s % every == 0 or s == steps)
 
 
 # --- files ----------------------------------------------------------------------------------
@@ -130,14 +273,25 @@ def truncate_metrics(path: Path, step: int) -> None:
     write_atomic(path, "".join(kept))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a kill mid-write leaves the old content."""
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """Write a whole file or nothing: a kill or a full disk mid-write leaves the old content (or none)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        if isinstance(content, bytes):
+            tmp.write_bytes(content)
+        else:
+            tmp.write_text(content, encoding="utf-8")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text_file(path: Path, content: str | bytes, then: str) -> None:
+    """`write_atomic`, with a full disk or an unwritable folder as one line that ends with `then`."""
+    try:
+        write_atomic(path, content)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write ({e.strerror or e}); free disk space, {then}") from None
 
 
 def write_json(path: Path, obj: dict) -> None:
@@ -149,3 +303,12 @@ def write_json(path: Path, obj: dict) -> None:
 
 def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def read_json_or_none(path: Path) -> dict | None:
+    """A JSON object file, or None when it is missing or damaged (cut short by a crash, edited by hand)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

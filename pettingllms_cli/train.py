@@ -36,12 +36,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms import group_advantages, zero_std_groups
-from pettingllms_cli.checkpoint import STATE_FILE, latest_checkpoint, load_checkpoint, remove_stale, save_checkpoint
+from pettingllms_cli.checkpoint import (
+    STATE_FILE,
+    latest_checkpoint,
+    load_checkpoint,
+    remove_stale,
+    save_checkpoint,
+    usable_checkpoint,
+)
 from pettingllms_cli.distill import distill
 from pettingllms_cli.envs import ENVS, Problem
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.evaluate import episode_metrics, evaluate, make_envs
-from pettingllms_cli.graceful import GracefulStop
+from pettingllms_cli.graceful import GracefulStop, StopNow
 from pettingllms_cli.policy import Team
 from pettingllms_cli.report import write_report
 from pettingllms_cli.rollout import Rollout, Sample, on_policy_episodes, parallel_rollout, tree_rollout
@@ -49,9 +56,12 @@ from pettingllms_cli.rundir import (
     append_jsonl,
     check_disk_space,
     prepare_run_dir,
-    read_json,
+    read_json_or_none,
+    spec_changes,
     truncate_metrics,
     write_json,
+    write_spec,
+    writer_lock,
 )
 from pettingllms_cli.spec import Experiment
 from pettingllms_cli.teamlog import team_metrics
@@ -90,6 +100,14 @@ def train(
         console = Console(quiet=True)  # rank 0 alone prints
     if resume_command is None:
         resume_command = shlex.join(["pettingllms", "train", f"{run_dir}/spec.yaml", "--out", f"{run_dir}", "--resume"])
+    with writer_lock(run_dir, f"then resume with: {resume_command}"):  # one writer per run directory
+        return train_locked(spec, run_dir, resume, overwrite, console, force, resume_command)
+
+
+def train_locked(
+    spec: Experiment, run_dir: Path, resume: bool, overwrite: bool, console: Console, force: bool, resume_command: str
+) -> Path:
+    """`train` once this process holds the run directory's writer lock."""
     changes = distributed.on_main(prepare_run_dir, spec, run_dir, resume, overwrite, force)  # rank 0 alone writes files
     with GracefulStop() as stop:
         seed_everything(spec.seed)
@@ -97,7 +115,8 @@ def train(
             team = Team(spec)
         distributed.on_main(check_disk_space, team, spec, run_dir)
         train_problems, eval_problems = load_problems(spec)
-        if not distributed.on_main((run_dir / "eval_before.json").is_file) and not distributed.any_rank(bool(stop.requested)):
+        has_before = distributed.on_main(lambda: read_json_or_none(run_dir / "eval_before.json") is not None)  # damaged: redo
+        if not has_before and not distributed.any_rank(bool(stop.requested)):
             before = evaluate(team, spec, eval_problems)  # the untrained team (each rank scores its shard)
             if distributed.is_main():
                 write_json(run_dir / "eval_before.json", before)
@@ -136,8 +155,8 @@ def train(
                 why = f"{stop.requested or 'a signal to another rank'}: "
                 stop_with_checkpoint(team, spec, run_dir, state, train_problems, why, resume_command, console)
             return run_dir
-
-    finish(team, spec, run_dir, eval_problems, console)
+        if not finish_or_stop(team, spec, run_dir, eval_problems, stop, resume_command, console):
+            return run_dir
     distributed.barrier()  # the other ranks return once rank 0's files exist (compare reads them next)
     return run_dir
 
@@ -219,17 +238,22 @@ def resume_state(
     """Restore the newest complete checkpoint (if any), cut metrics.jsonl back to it, log the resume."""
     for leftover in remove_stale(run_dir):
         console.print(f"removed {leftover.name}: a checkpoint write that was interrupted")
-    checkpoint = latest_checkpoint(run_dir, sorted(spec.agents))
-    if checkpoint is None:
-        console.print(f"{run_dir}: no complete checkpoint yet; starting from step 0")
+    checkpoint, saved, skipped = usable_checkpoint(run_dir, sorted(spec.agents))
+    for note in skipped:
+        console.print(f"{note}; resuming from an earlier checkpoint", markup=False, highlight=False)
+    if checkpoint is None or saved is None:
+        console.print(f"{run_dir}: no complete checkpoint yet; starting from step 0", markup=False, highlight=False)
         truncate_metrics(run_dir / "metrics.jsonl", 0)
+        write_spec(run_dir, spec)
         return RunState()
-    saved = load_checkpoint(team, checkpoint)
+    changes = {**changes, **checkpoint_spec_changes(checkpoint, saved, spec, force)}
     old_data, new_data = saved.get("data", {}).get("fingerprint"), data_fingerprint(train_problems)
     if old_data != new_data:
         if not force:
             raise UserError(f"{checkpoint}: env.data changed since this checkpoint (other problems); restore it or add --force")
         changes = {**changes, "data": (old_data, new_data)}
+    load_checkpoint(team, checkpoint, saved)  # a misfit (another LoRA rank) fails here, before spec.yaml changes
+    write_spec(run_dir, spec)
     truncate_metrics(run_dir / "metrics.jsonl", saved["step"])
     if saved["step"] < spec.train.steps:
         (run_dir / "eval_after.json").unlink(missing_ok=True)  # it will describe the longer run
@@ -237,9 +261,27 @@ def resume_state(
         console.print(f"{checkpoint.name} reached train.steps={spec.train.steps}: nothing to train; raise --max-steps to go on")
     record = {"time": _now(), "from_step": saved["step"], "steps": spec.train.steps, "forced": bool(changes), "changes": changes}
     append_jsonl(run_dir / "resumes.jsonl", record)
-    console.print(f"resuming {run_dir} from {checkpoint.name}" + (f" with --force ({len(changes)} change(s))" if changes else ""))
+    forced = f" with --force ({len(changes)} change(s))" if changes else ""
+    console.print(f"resuming {run_dir} from {checkpoint.name}{forced}", markup=False, highlight=False)
     team.roles.load_state_dict(saved.get("roles"))  # adaptive role-assignment statistics
     return RunState(saved["step"], dict(saved.get("skipped_in_a_row", {})))
+
+
+def checkpoint_spec_changes(checkpoint: Path, saved: dict, spec: Experiment, force: bool) -> dict:
+    """Fields where the spec differs from the one the checkpoint was trained with; refused without --force.
+
+    spec.yaml can have been edited or replaced since, so the checkpoint's own copy is the reference.
+    """
+    if not isinstance(saved.get("spec"), dict):
+        return {}  # a checkpoint from before specs were saved in them
+    changes = spec_changes(saved["spec"], spec.model_dump(mode="json"))
+    if changes and not force:
+        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:4])
+        raise UserError(
+            f"{checkpoint}: trained with a different spec ({listed}); resume with the spec it was trained with, "
+            "or add --force to continue with this one"
+        )
+    return changes
 
 
 def resume_everywhere(
@@ -458,6 +500,31 @@ def stop_with_checkpoint(
     )
 
 
+def finish_or_stop(
+    team: Team,
+    spec: Experiment,
+    run_dir: Path,
+    eval_problems: list[Problem],
+    stop: GracefulStop,
+    resume_command: str,
+    console: Console,
+) -> bool:
+    """`finish`, unless a signal stops it: the last checkpoint is written, so stop at once and say how to finish."""
+    try:
+        stop.at_once()
+        finish(team, spec, run_dir, eval_problems, console)
+    except StopNow as e:
+        console.print(
+            f"{e.signal_name}: stopped during the final held-out eval; training is done and checkpointed, "
+            f"eval_after.json and the report are not written: finish them with: {resume_command}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        return False
+    return True
+
+
 def finish(team: Team, spec: Experiment, run_dir: Path, eval_problems: list[Problem], console: Console) -> None:
     """Score the trained team on the held-out problems and write the report."""
     after = evaluate(team, spec, eval_problems)  # every rank scores its shard
@@ -465,7 +532,10 @@ def finish(team: Team, spec: Experiment, run_dir: Path, eval_problems: list[Prob
         return
     write_json(run_dir / "eval_after.json", after)
     write_report(run_dir)
+    before = read_json_or_none(run_dir / "eval_before.json") or {}
+    was = f"{before['team_success_rate']:.2f}" if isinstance(before.get("team_success_rate"), float | int) else "?"
     console.print(
-        f"done: held-out success {read_json(run_dir / 'eval_before.json')['team_success_rate']:.2f} -> "
-        f"{after['team_success_rate']:.2f}; run directory {run_dir}"
+        f"done: held-out success {was} -> {after['team_success_rate']:.2f}; run directory {run_dir}",
+        markup=False,
+        highlight=False,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -227,6 +228,16 @@ def read_jsonl(path: Path) -> list[dict]:
     if not records:
         raise UserError(f"{path}: no records")
     return records
+
+
+def in_test_fifth(key: str) -> bool:
+    """Whether generated content `key` belongs to the test split: a fixed fifth of all keys, the same for every
+    seed, so generated training and test problems never share one.
+
+    >>> [in_test_fifth(k) for k in ("12+7", "30-4")]
+    [False, True]
+    """
+    return zlib.crc32(key.encode()) % 5 == 0
 
 
 def split_records(records: list, split: str, holdout: int, source: object = "the data") -> list:

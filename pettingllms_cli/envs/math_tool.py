@@ -20,8 +20,9 @@ much local reward to any action containing a number: format shaping for untraine
 Options: `ops` (default "+-*/"), the operations generated problems use; the caller's prompt
 shows one worked example per op.
 
-Data: `generated` (seeded templates), or GSM8K-format jsonl (`question`, `answer` ending in
-`#### N`); the last `eval_problems` records of a file are the held-out split.
+Data: `generated` (seeded templates; test problems use a fixed fifth of all expressions, which
+training never draws), or GSM8K-format jsonl (`question`, `answer` ending in
+`#### N`); the last fifth of a file's records (at least 1) is the held-out split.
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ from __future__ import annotations
 import math
 import random
 import re
-import zlib
 from pathlib import Path
 
-from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
 from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call
@@ -77,7 +77,7 @@ def is_held_out(expression: str) -> bool:
     >>> [is_held_out(e) for e in ("12+7", "30-4", "4*6")]
     [False, True, True]
     """
-    return zlib.crc32(expression.encode()) % 5 == 0
+    return in_test_fifth(expression)
 
 
 def generate_problems(seed: int, n: int, prefix: str, ops: str = OPS, held_out: bool | None = None) -> list[Problem]:

@@ -14,7 +14,8 @@ An illegal move ends the plan where it happened.
 
 A subclass gives `generate(rng)`, `solve(grid)`, `simulate(grid, plan)`, `illegal_plan(grid)`
 and its prompt texts. Puzzles are grids of strings (rows); data is `generated` from the seed
-(at most 500 distinct puzzles per split; training cycles through them)
+(at most 500 puzzles per split; training cycles through them; a fixed fifth of all puzzles is
+kept for test, so no test puzzle is trained on)
 or a JSON-lines file with a `grid` per line (each is solved on load; an unsolvable one is an
 error naming the record). Option `timeout` (default 2 s) limits each sandbox run.
 """
@@ -26,7 +27,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import strip_tool_results
 from pettingllms_cli.tools.sandbox import run_python
@@ -176,12 +177,12 @@ class PlanningEnv(TurnEnv):
     def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
         if data != "generated":
             return cls._load_file(Path(data), split, n)
-        # Train and test come from different seed streams, like math_tool_v0.
+        # Train and test come from different seed streams and sides of `in_test_fifth`, like math_tool_v0.
         rng = random.Random(f"{cls.name}:{seed * 2 + (1 if split == 'test' else 0)}")
         problems: list[Problem] = []
         while len(problems) < min(n, GENERATED_POOL):
             drawn = cls.generate(rng)
-            if drawn is not None:
+            if drawn is not None and in_test_fifth("\n".join(drawn[0])) == (split == "test"):  # no puzzle in both
                 problems.append(cls.make_problem(f"{split}-{len(problems)}", *drawn))
         return problems
 

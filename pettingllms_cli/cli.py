@@ -87,8 +87,18 @@ def validate(spec: Annotated[Path, typer.Argument(help="Experiment YAML file.")]
     """Check a spec (names, roles, models, budgets) without loading any weights."""
     experiment = _load(spec, set_)
     _check_models(experiment)
+    held_out = _check_data(experiment)
     roles = ", ".join(f"{a}: {'/'.join(s.roles)}" for a, s in experiment.agents.items())
-    console.print(f"{spec}: ok ({experiment.env.name}, {len(experiment.agents)} agent(s): {roles})")
+    say(f"{spec}: ok ({experiment.env.name}, {len(experiment.agents)} agent(s): {roles}; {held_out} held-out problems)")
+
+
+def _check_data(experiment) -> int:
+    """Open env.data as `train` will (a missing or bad file is a UserError); returns the held-out count."""
+    from pettingllms_cli.envs.loading import load_split
+
+    env = experiment.env
+    load_split(env.name, env.data, "train", experiment.seed, 1, env.options)  # one is enough to read the file
+    return len(load_split(env.name, env.data, "test", experiment.seed, env.eval_problems, env.options))
 
 
 def _check_models(experiment) -> None:

@@ -45,7 +45,8 @@ from pettingllms_cli.checkpoint import (
     usable_checkpoint,
 )
 from pettingllms_cli.distill import distill
-from pettingllms_cli.envs import ENVS, Problem
+from pettingllms_cli.envs import Problem
+from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.evaluate import episode_metrics, evaluate, make_envs
 from pettingllms_cli.graceful import GracefulStop, StopNow
@@ -100,12 +101,20 @@ def train(
         console = Console(quiet=True)  # rank 0 alone prints
     if resume_command is None:
         resume_command = shlex.join(["pettingllms", "train", f"{run_dir}/spec.yaml", "--out", f"{run_dir}", "--resume"])
+    problems = load_problems(spec)  # bad data fails here, before the run directory or any model exists
     with writer_lock(run_dir, f"then resume with: {resume_command}"):  # one writer per run directory
-        return train_locked(spec, run_dir, resume, overwrite, console, force, resume_command)
+        return train_locked(spec, run_dir, resume, overwrite, console, force, resume_command, problems)
 
 
 def train_locked(
-    spec: Experiment, run_dir: Path, resume: bool, overwrite: bool, console: Console, force: bool, resume_command: str
+    spec: Experiment,
+    run_dir: Path,
+    resume: bool,
+    overwrite: bool,
+    console: Console,
+    force: bool,
+    resume_command: str,
+    problems: tuple[list[Problem], list[Problem]],
 ) -> Path:
     """`train` once this process holds the run directory's writer lock."""
     changes = distributed.on_main(prepare_run_dir, spec, run_dir, resume, overwrite, force)  # rank 0 alone writes files
@@ -114,7 +123,7 @@ def train_locked(
         with distributed.main_first():  # rank 0 fills the model cache before the others read it
             team = Team(spec)
         distributed.on_main(check_disk_space, team, spec, run_dir)
-        train_problems, eval_problems = load_problems(spec)
+        train_problems, eval_problems = problems  # (training pool, held-out), loaded before the run directory
         has_before = distributed.on_main(lambda: read_json_or_none(run_dir / "eval_before.json") is not None)  # damaged: redo
         if not has_before and not distributed.any_rank(bool(stop.requested)):
             before = evaluate(team, spec, eval_problems)  # the untrained team (each rank scores its shard)
@@ -174,12 +183,10 @@ def step_seed(seed: int, step: int) -> int:
 
 
 def load_problems(spec: Experiment) -> tuple[list[Problem], list[Problem]]:
-    env_cls = ENVS[spec.env.name]
-    options = spec.env.options
-    train_problems = env_cls.load_problems(spec.env.data, "train", spec.seed, TRAIN_POOL, options)
-    eval_problems = env_cls.load_problems(spec.env.data, "test", spec.seed, spec.env.eval_problems, options)
-    if not train_problems:
-        raise UserError(f"env.data: {spec.env.data} holds no training problems")
+    """(training pool, held-out problems); unusable data is one UserError naming the file (envs/loading.py)."""
+    env, options = spec.env, spec.env.options
+    train_problems = load_split(env.name, env.data, "train", spec.seed, TRAIN_POOL, options)
+    eval_problems = load_split(env.name, env.data, "test", spec.seed, env.eval_problems, options)
     return train_problems, eval_problems
 
 

@@ -64,6 +64,7 @@ class Rollout:
     on_policy: list[TurnEnv] = field(default_factory=list)  # one episode per problem played by the policy (on_policy_episodes)
     on_policy_tokens: int = 0  # tokens sampled for those episodes beyond the tree's own (not in `tokens`, not trained)
     lookahead_tokens: int = 0  # of `tokens`: those sampled to play branches on to the turn's end (credit.py)
+    lookahead_actions: int = 0  # the actions those play-outs sampled (not trained; not in `samples`)
 
 
 Candidates = list[tuple[str, torch.Tensor]]  # (text, ids) of each sampled continuation
@@ -164,6 +165,7 @@ def play_out(
         observations = [probes[j].view(role) for j in live]
         agents = [agents_of[j][role] for j in live]
         acted = _act(team, spec, observations, agents, 1, greedy, rollout, [seed_of(j, role) for j in live])
+        rollout.lookahead_actions += len(live)
         for j, (_, [(text, _)]) in zip(live, acted, strict=True):
             outcome[j] = probes[j].step(role, text).team_reward
     rollout.lookahead_tokens += rollout.tokens - before

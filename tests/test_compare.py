@@ -304,3 +304,34 @@ def test_refuses_unequal_budgets_unless_allowed(spec_files, tmp_path, monkeypatc
 def test_refuses_two_specs_with_one_name(spec_files, monkeypatch, capsys, tmp_path):
     assert run_cli(["compare", str(spec_files[1]), str(spec_files[1]), "--out", str(tmp_path / "o")], monkeypatch) == 2
     assert "distinct `name`" in capsys.readouterr().err
+
+
+def test_data_file_scores_every_arm_on_its_problems(compared, tmp_path, monkeypatch):
+    import shutil
+
+    (solo, team), out = compared
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)  # the trained runs, so only scoring happens
+    data = tmp_path / "mine.jsonl"
+    records = [{"question": f"Ann has {i} pens and buys 3 more. How many pens?", "answer": f"#### {i + 3}"} for i in range(12)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    args = ["compare", str(solo), str(team), "--seeds", "2", "--max-steps", "2", "--out", str(copy), "--data", str(data)]
+    assert run_cli([*args, "--episodes", "2"], monkeypatch) == 0
+    result = json.loads((copy / "compare.json").read_text())
+    listed = [p["question"] for p in result["held_out"]["problems"]]
+    assert result["held_out"]["data"] == str(data) and all(q.startswith("Ann has") for q in listed) and len(listed) == 2
+    for runs in result["runs"].values():
+        assert all(r["status"] == "reused" for r in runs)
+        for r in runs:
+            scored = json.loads((Path(r["run_dir"]) / "compare_eval.json").read_text())
+            assert [e["question"] for e in scored["final"]["per_episode"]] == listed
+
+
+def test_budget_modes_level_compute_as_documented(spec_files):
+    from pettingllms_cli.budget import budget_overrides
+    from pettingllms_cli.spec import load_spec
+
+    specs = [load_spec(p) for p in spec_files]  # 1 role (K=2, 2 steps) and 2 roles (K=2, 2 steps)
+    assert budget_overrides(list(spec_files), specs, "actions") == [["algorithm.group_size=4"], []]
+    assert budget_overrides(list(spec_files), specs, "tokens") == [["train.steps=4"], []]
+    assert budget_overrides(list(spec_files), specs, "steps") == [[], []]

@@ -55,7 +55,7 @@ def test_a_planner_gets_the_team_outcome_its_choice_leads_to(smoke_tree):
     assert planner["circle_area"].team_reward == 1.0  # the caller then solved it
     assert planner["square_area"].team_reward == 0.0  # the caller then called the wrong function
     assert planner["circle_area"].reward > planner["square_area"].reward
-    assert rollout.lookahead_tokens > 0  # the play-outs were sampled ...
+    assert rollout.lookahead_tokens > 0 and rollout.lookahead_actions == 2  # one caller play-out per planner candidate ...
     assert {s.group for s in rollout.samples} == {("circle", "planner", 0), ("circle", "caller", 0)}  # ... but not trained
 
 

@@ -94,3 +94,18 @@ def test_parallel_rollouts_have_no_best_branch_key(smoke_tree):
     from pettingllms_cli.rollout import Rollout
 
     assert "best_branch_success_rate" not in metrics_of(s, Rollout())
+
+
+def test_eval_every_must_fit_the_run(smoke_tree):
+    import pytest
+
+    from pettingllms_cli.errors import UserError
+
+    for bad in (0, 3):  # smoke trains 2 steps
+        tree = copy.deepcopy(smoke_tree)
+        tree["train"]["eval_every"] = bad
+        with pytest.raises(UserError, match=r"train: eval_every: .* between 1 and train.steps \(2\).*leave it out"):
+            parse_spec(tree, "smoke.yaml")
+    tree = copy.deepcopy(smoke_tree)
+    tree["train"]["eval_every"] = 2
+    assert parse_spec(tree).train.eval_every == 2

@@ -111,6 +111,6 @@ def describe_budget(budget: str) -> str:
         "actions": "equal sampled actions per step: an arm of R roles samples K*R_max/R candidates per group "
         "(same problems and steps, larger groups)",
         "tokens": "equal expected sampled tokens: an arm of R roles runs R_max/R times the steps (same K and problems "
-        "per step); measured tokens are in the table",
+        "per step); measured tokens are in the table, and its convergence step counts its own (R_max/R times more) steps",
         "steps": "equal steps, problems and group size; nothing scaled, so a team of R roles samples R times the actions",
     }[budget]

@@ -18,9 +18,10 @@ def team_metrics(team: Team, rollout: Rollout, distilled: dict[str, float]) -> d
     for agent in sorted(team.spec.agents):
         own = [s.env_local_reward for s in rollout.samples if s.agent == agent]
         metrics[f"reward_env_local/{agent}"] = sum(own) / len(own) if own else 0.0
+    played = rollout.on_policy or rollout.episodes  # success on-policy (docs/metrics.md), as adaptive roles learn it
     metrics["roles"] = [
         {"problem": env.problem.id, "roles": dict(assignment), "success": bool(env.success)}
-        for assignment, env in zip(rollout.assignment, rollout.episodes, strict=True)
+        for assignment, env in zip(rollout.assignment, played, strict=True)
     ]
     metrics.update(team.roles.metrics())
     metrics.update(team.memory_mb())

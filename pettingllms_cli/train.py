@@ -145,7 +145,8 @@ def train_locked(
                 dropped = assign_advantages(spec, trainable)  # advantage per group
                 stats = update(team, [s for s in trainable if s.group not in dropped])  # loss + optimizer step
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
-                team.roles.record(whole.assignment, [float(env.success) for env in whole.episodes])  # adaptive roles learn
+                played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
+                team.roles.record(whole.assignment, [float(env.success) for env in played])  # adaptive roles learn
                 distilled = distill(team, whole.samples, step)  # cross-agent distillation, every N steps
                 state = advance(state, stats)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)

@@ -98,3 +98,22 @@ def test_a_truncated_sample_gets_no_eos(smoke_spec):
     ended.messages = cut.messages = messages
     assert int(encode_pair(team, "verifier", ended)[1][0, -1]) == eos
     assert int(encode_pair(team, "verifier", cut)[1][0, -1]) != eos
+
+
+def test_sql_reporter_copying_a_wrong_first_cell_earns_less_than_rejecting_it():
+    from pettingllms_cli.envs.sql_query import CALL_PREFIX as SQL_PREFIX
+    from pettingllms_cli.envs.sql_query import SqlEnv
+
+    problem = SqlEnv.load_problems("generated", "train", 0, 1, {})[0]
+
+    def after(query: str) -> SqlEnv:
+        env = SqlEnv(problem, "multi", 2, {})
+        env.step("query_writer", SQL_PREFIX + query + '"}}</tool_call>')
+        return env
+
+    wrong = "12345678"  # SELECT 12345678: a first cell that is not the answer
+    copied, rejected = (after(wrong).step("reporter", f"Answer: {text}").local_reward for text in (wrong, "retry"))
+    assert copied < rejected
+    env = after(problem.meta["sql"].removeprefix("SELECT "))
+    assert env.step("reporter", "Answer: retry").local_reward == 0.0  # rejecting a right result is wrong
+    assert "which was right, but the reporter rejected it" in env.observe("query_writer")[-2]["content"]

@@ -7,9 +7,10 @@ Layouts:
   runs in the sandbox and the plan is read from what it prints.
 
 Rewards per action: team = the team's current plan solves the puzzle (solved on the plan
-agent's or the single planner's action). Local: tool agent +0.1 for code that ran, -0.1 for
-code that failed or timed out; plan agent and planner = progress of the plan's legal prefix
-(share of cells right, distance covered, boxes on targets), -0.1 if no plan could be read.
+agent's or the single planner's action). Local (named below): tool agent `TOOL_RAN` (+0.1) for
+code that ran, `TOOL_FAILED` (-0.1) for code that failed or timed out; plan agent and planner =
+progress of the plan's legal prefix (share of cells right, distance covered, boxes on targets),
+`NO_PLAN` (-0.1) if no plan could be read.
 An illegal move ends the plan where it happened.
 
 A subclass gives `generate(rng)`, `solve(grid)`, `simulate(grid, plan)`, `illegal_plan(grid)`
@@ -35,6 +36,10 @@ from pettingllms_cli.tools.sandbox import run_python
 CODE_PREFIX = "```python\n"
 GENERATED_POOL = 500  # distinct puzzles per seed and split; training cycles through them
 TOOL_SYSTEM = "Write a short Python program that prints the answer."
+# Rewards (see the module docstring): named here, not written into `_act`.
+TOOL_RAN = 0.1  # tool agent: its code ran
+TOOL_FAILED = -0.1  # tool agent: its code failed or timed out
+NO_PLAN = -0.1  # plan agent, planner: no plan could be read
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 _WORDS = {"up": "U", "down": "D", "left": "L", "right": "R"}
 _MOVE_RE = re.compile(r"\b(?:up|down|left|right)\b|[UDLR]")
@@ -143,7 +148,7 @@ class PlanningEnv(TurnEnv):
         self.tool_output = result.feedback(200)
         verdict = self.simulate(self.grid, after_prefix(result.stdout, self.PLAN_PREFIX)) if result.ok else None
         team = float(bool(verdict and verdict.solved))
-        return Outcome(0.1 if result.ok else -0.1, team, info={"tool_ok": result.ok, "tool_error": result.error})
+        return Outcome(TOOL_RAN if result.ok else TOOL_FAILED, team, info={"tool_ok": result.ok, "tool_error": result.error})
 
     def _judge(self, plan: str) -> Outcome:
         verdict = self.simulate(self.grid, plan)
@@ -151,7 +156,7 @@ class PlanningEnv(TurnEnv):
         if not verdict.solved:
             why = "an illegal move" if not verdict.legal else "no solution"
             self.feedback = f"Your last answer ({self.plan[:60] or 'empty'}) was {why}. Try again."
-        local = verdict.progress if verdict.parsed else -0.1
+        local = verdict.progress if verdict.parsed else NO_PLAN
         return Outcome(local, float(verdict.solved), solved=verdict.solved, info={"legal": verdict.legal, "plan": self.plan})
 
     # --- reference and corrupted actions ------------------------------------------------------

@@ -10,9 +10,12 @@ Layouts:
 - `single`: `analyst` writes the query; the first cell of its result is the team's answer.
 
 Rewards per action: team = the team's current answer is correct (numbers compared as
-numbers, text without case); query writer local +0.1 for a query that ran, -0.1 for a
-malformed call or a failing query; reporter local 1.0 when its answer agrees with the first
-cell of the result. Solved when the answer is correct; a retry sees the wrong result.
+numbers, text without case). Local (named below): query writer `QUERY_RAN` (+0.1) for a query
+that ran, `QUERY_FAILED` (-0.1) for a malformed call or a failing query; the reporter is paid for
+a correct judgement, never for copying the first cell: `JUDGED_RIGHT` (1.0) for a right answer,
+or for `Answer: retry` when the result's first cell is wrong; `JUDGED_WRONG` (0.0) otherwise.
+Solved when the answer is correct; a retry is told what went wrong (the call, the query's
+result, or the reporter's answer to a right result).
 
 Data: `generated` (every template filled with every name in the seed's database, about 40
 questions, answers computed by a gold query; a seeded fifth is held out for test) or a
@@ -37,7 +40,13 @@ SCHEMA = "customers(id, name, city)\nproducts(id, name, category, price)\norders
 CALL_PREFIX = '<tool_call>{"name": "sql", "arguments": {"query": "SELECT '
 ANSWER_PREFIX = "Answer: "
 WRITER_SYSTEM = f"Write one SQLite query that answers the question. Tables:\n{SCHEMA}"
-REPORTER_SYSTEM = "Read the query result and give the final answer."
+RETRY = "retry"  # the reporter's rejection of the query's result
+REPORTER_SYSTEM = f"Read the query result and give the final answer, or reply {RETRY} if the result is wrong."
+# Rewards (see the module docstring): named here, not written into `_act`.
+QUERY_RAN = 0.1  # writer: a query that ran
+QUERY_FAILED = -0.1  # writer: no `sql` call, or a query that failed
+JUDGED_RIGHT = 1.0  # reporter: a right answer, or `retry` on a wrong result
+JUDGED_WRONG = 0.0  # reporter: a wrong answer (a copied wrong first cell too), or `retry` on a right result
 SHOT = ("How many products cost more than 20?", "SELECT COUNT(*) FROM products WHERE price > 20")
 NAMES = ["Ana", "Ben", "Cleo", "Dev", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jin"]
 CITIES = ["Oslo", "Lima", "Rome", "Kyiv"]
@@ -210,24 +219,29 @@ class SqlEnv(TurnEnv):
         if isinstance(call, str) or call.name != "sql" or not isinstance(call.arguments.get("query"), str):
             error = call if isinstance(call, str) else "expected the `sql` tool with a string `query`"
             self.feedback = f"Your last call was invalid: {error}."
-            return Outcome(-0.1, 0.0, info={"tool_error": error})
+            return Outcome(QUERY_FAILED, 0.0, info={"tool_error": error})
         self.query = call.arguments["query"][:500]
         result = run_query(self.db, self.query)
         self.result = result.render()
         if not result.ok:
             self.feedback = f"Your last query failed: {result.error}."
-            return Outcome(-0.1, 0.0, info={"tool_error": result.error})
+            return Outcome(QUERY_FAILED, 0.0, info={"tool_error": result.error})
         self.first_cell = result.rows[0][0] if result.rows else None
         correct = same_answer(self.first_cell, self.problem.answer)
         self.feedback = None if correct else f"Your last query returned {self.result[:80]!r}, which is wrong."
-        return Outcome(0.1, float(correct), info={"query": self.query, "rows": len(result.rows)})
+        return Outcome(QUERY_RAN, float(correct), info={"query": self.query, "rows": len(result.rows)})
 
     def _report(self, text: str) -> Outcome:
         body = text.removeprefix(ANSWER_PREFIX).strip()
         self.answer = body.splitlines()[0].strip().rstrip(".") if body else None
         correct = same_answer(self.answer, self.problem.answer)
-        agrees = same_answer(self.answer, self.first_cell)
-        return Outcome(float(agrees), float(correct), solved=correct, info={"answer": self.answer})
+        rejected = (self.answer or "").lower() == RETRY
+        result_right = self.query is not None and same_answer(self.first_cell, self.problem.answer)
+        if not correct and result_right:  # the query was right: say so, and what the reporter did with it
+            verdict = "the reporter rejected it" if rejected else f"the answer given was {self.answer!r}"
+            self.feedback = f"Your last query returned {self.result[:80]!r}, which was right, but {verdict}."
+        right = not result_right if rejected else correct  # reject a wrong result, or answer right
+        return Outcome(JUDGED_RIGHT if right else JUDGED_WRONG, float(correct), solved=correct, info={"answer": self.answer})
 
     def reference_action(self, role: str) -> str:
         if role == "reporter":

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.slow
 def test_one_training_step_on_smollm2(tmp_path):
     overrides = [
         "train.steps=1",
+        "train.eval_every=1",  # the held-out curve's hook on the real model (2 problems)
         "train.problems_per_step=4",
         "algorithm.group_size=4",
         "train.max_new_tokens=10",
@@ -29,6 +30,7 @@ def test_one_training_step_on_smollm2(tmp_path):
     run_dir = train(spec, tmp_path / "run")
     row = json.loads((run_dir / "metrics.jsonl").read_text())
     assert row["step"] == 1 and row["tokens_generated"] > 0
+    assert row["heldout_episodes"] == 2 and 0.0 <= row["heldout_success_rate"] <= 1.0
     assert all(math.isfinite(row[f"loss/{a}"]) and math.isfinite(row[f"kl/{a}"]) for a in spec.agents)
     weights = load_file(run_dir / "checkpoints/step_1/caller/adapter_model.safetensors")
     # LoRA B starts at zero; any B that moved shows the optimizer step reached the real model.

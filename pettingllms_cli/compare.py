@@ -84,11 +84,13 @@ def ensure_run(spec: Experiment, run_dir: Path, console: Console) -> str:
 
     state = distributed.on_main(run_state, spec, run_dir)  # one decision for all ranks: rank 0 may be writing run_dir
     if state == "done":
-        console.print(f"reusing {run_dir} (same spec and seed, finished)")
+        console.print(f"reusing {run_dir} (same spec and seed, finished)", markup=False, highlight=False)
         return "reused"
     console.print(
         f"{'resuming' if state == 'partial' else 'training'} {run_dir}"
-        + (" (spec changed)" if state == "stale" and run_dir.exists() else "")
+        + (" (spec changed)" if state == "stale" and run_dir.exists() else ""),
+        markup=False,
+        highlight=False,
     )
     train(spec, run_dir, resume=state == "partial", overwrite=state == "stale", console=console)
     return "resumed" if state == "partial" else "trained"

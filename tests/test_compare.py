@@ -335,3 +335,36 @@ def test_budget_modes_level_compute_as_documented(spec_files):
     assert budget_overrides(list(spec_files), specs, "actions") == [["algorithm.group_size=4"], []]
     assert budget_overrides(list(spec_files), specs, "tokens") == [["train.steps=4"], []]
     assert budget_overrides(list(spec_files), specs, "steps") == [[], []]
+
+
+def test_one_role_and_three_roles_sample_the_same_actions_per_step(tmp_path, monkeypatch):
+    """The issue's case: a lone agent against a 3-role team, default budget, tiny model, 1 step, 1 seed."""
+    from pettingllms_cli.envs import ENVS
+    from pettingllms_cli.envs.base import Outcome
+    from pettingllms_cli.envs.math_tool import MathToolEnv
+
+    class TrioMathEnv(MathToolEnv):
+        """math_tool_v0 with a reviewer between caller and verifier; it comments, changes nothing, solves nothing."""
+
+        name = "trio_math_v0"
+        layouts = {"multi": ("tool_caller", "reviewer", "verifier"), "single": ("solver",)}
+
+        def _act(self, role: str, text: str) -> Outcome:
+            return Outcome(0.0, 0.0) if role == "reviewer" else super()._act(role, text)
+
+    monkeypatch.setitem(ENVS, "trio_math_v0", TrioMathEnv)
+    solo_path, team_path = write_specs(tmp_path)
+    trio, solo = yaml.safe_load(team_path.read_text()), yaml.safe_load(solo_path.read_text())
+    for tree in (trio, solo):
+        tree["env"]["name"] = "trio_math_v0"
+    trio["name"] = "trio"
+    trio["agents"]["verifier"]["roles"] = ["reviewer", "verifier"]  # 2 agents, 3 roles
+    (tmp_path / "trio.yaml").write_text(yaml.safe_dump(trio))
+    solo_path.write_text(yaml.safe_dump(solo))
+    out = tmp_path / "out"
+    args = ["compare", str(solo_path), str(tmp_path / "trio.yaml"), "--seeds", "1", "--max-steps", "1", "--out", str(out)]
+    assert run_cli(args, monkeypatch) == 0
+    result = json.loads((out / "compare.json").read_text())
+    assert result["budget"]["overrides"] == {"solo": ["algorithm.group_size=6"], "trio": []}  # K=2 x 3 roles
+    assert result["budget"]["sampled_actions_per_step"] == {"solo": 6, "trio": 6}
+    assert [row["roles"] for row in result["rows"]] == [1, 3]

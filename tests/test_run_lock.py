@@ -110,3 +110,24 @@ def test_eval_out_into_a_live_run_is_refused(tmp_path: Path) -> None:
         holder.wait()
     assert done.returncode == 2 and f"pid {holder.pid}" in done.stderr and "run this eval again" in done.stderr
     assert not (run_dir / "mine.json").exists()
+
+
+def test_compare_refuses_a_run_another_process_writes(tmp_path: Path, monkeypatch, capsys) -> None:
+    from tests.conftest import run_cli
+    from tests.test_compare import write_specs
+
+    solo, team = write_specs(tmp_path)
+    out = tmp_path / "out"
+    busy = out / "solo" / "seed0"
+    busy.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(busy)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        capsys.readouterr()
+        code = run_cli(["compare", str(solo), str(team), "--seeds", "1", "--max-steps", "1", "--out", str(out)], monkeypatch)
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and f"pid {holder.pid}" in err and "rerun this compare" in err, err
+    assert not (busy / "spec.yaml").exists(), "compare wrote into a run another process holds"

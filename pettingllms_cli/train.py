@@ -1,16 +1,21 @@
 """The training loop, top to bottom: rollout -> reward -> advantage -> loss -> step -> log -> checkpoint.
 
 Reliability promises (tested in tests/test_resume.py, test_determinism.py, test_guards.py,
-test_signals.py):
-- Resume: `--resume` restores the newest complete checkpoint (adapters, AdamW states, RNG
-  states, data cursor, skip counters) and cuts `metrics.jsonl` back to its step, so a run
-  killed at any moment and resumed ends like an uninterrupted one. A different spec is refused
-  unless `--force`; every resume is appended to `resumes.jsonl`.
+test_signals.py, test_run_lock.py, test_damage.py):
+- One writer: the run holds the run directory's lock (rundir.writer_lock) from start to end; a
+  second train, `--resume` or `--overwrite` on it is refused with the holder's pid.
+- Resume: `--resume` restores the newest checkpoint that loads (adapters, AdamW states, RNG
+  states, data cursor, skip counters; past a damaged one to the one before) and cuts
+  `metrics.jsonl` back to its step, so a run killed at any moment and resumed ends like an
+  uninterrupted one. A spec that differs from spec.yaml or from the checkpoint's own is refused
+  unless `--force`; spec.yaml changes only once the checkpoint has loaded; every resume is
+  appended to `resumes.jsonl`.
 - Determinism: every step reseeds torch from (seed, step) and picks its problems as a pure
   function of (seed, step), so on CPU the same spec and seed give the same metrics (except the
   wall-clock fields in `WALL_CLOCK_KEYS`) and the same adapters. On GPU, cuBLAS/cuDNN kernels
   and sampling are not bit-reproducible, so repeats and resumes agree only approximately.
-- Graceful stop: SIGINT/SIGTERM finish the current step, write a checkpoint and return.
+- Graceful stop: SIGINT/SIGTERM finish the current step, write a checkpoint and return; in the
+  final held-out eval (after the last checkpoint) they stop at once and say how to finish.
 - Guards: a non-finite loss or gradient skips that agent's update (update.py); after
   `train.max_skipped_in_a_row` in a row the run stops with a message. The output folder is
   probed and the disk space checked before training starts.

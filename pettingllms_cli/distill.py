@@ -5,9 +5,10 @@ and template, and the source's action text is the completion, so it works across
 Every `every` steps, after the RL update, each target takes one extra optimizer step on
 `weight` x the token-mean negative log-likelihood of the source's `top_k` best samples. A sample
 qualifies only if the team had solved the problem when its turn ended (`Sample.team_success`;
-`require_success: false` relaxes this to reward > 0) and it was not cut off at `max_new_tokens`:
-a well-formed but wrong call, or half an answer, is not something to imitate. The target's EOS
-ends a target only when the source's sample ended with its own EOS.
+`require_success: false` relaxes this to reward > 0) and it was not cut off at `max_new_tokens`
+(`keep_truncated: true` keeps those): a well-formed but wrong call, or half an answer, is not
+something to imitate. The target's EOS ends a target only when the source's sample ended with its
+own EOS, so a kept truncated sample does not teach the target to stop there.
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ def distill(team: Team, samples: list[Sample], step: int) -> dict[str, float]:
             continue
         eos, limit = team.tokenizer_of(d.source).eos_token_id, team.spec.train.max_new_tokens
         cut = {i for i, s in enumerate(samples) if s.agent == d.source and is_truncated(s.completion, eos, limit)}
+        cut = set() if d.keep_truncated else cut
         best = best_trajectories(samples, d.source, d.top_k, cut, d.require_success)
         for target in sorted(d.targets):
             if best:

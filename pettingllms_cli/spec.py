@@ -108,6 +108,11 @@ class DistillSpec(Strict):
         description="Only samples after which the team had solved the problem qualify; false: any sample with reward > 0 "
         "(e.g. before the team ever succeeds; a well-formed but wrong action then qualifies too).",
     )
+    keep_truncated: bool = Field(
+        False,
+        description="Samples cut off at max_new_tokens qualify too, taught without EOS so the target does not learn to "
+        "stop there (false: they are left out, since half an answer is not one to imitate).",
+    )
     weight: float = Field(0.1, gt=0, description="Weight of the distillation NLL (token mean) in the target's extra step.")
 
 

@@ -40,10 +40,9 @@ def team_spec(smoke_tree: dict) -> dict:
     tree = {**smoke_tree, "name": "dp_team"}
     tree["env"] = {**tree["env"], "eval_problems": 2}
     tree["assignment"] = {"mode": "adaptive"}
-    # require_success: false, since a random tiny model never solves a problem and its samples would never qualify.
-    tree["distill"] = [
-        {"source": "caller", "targets": ["verifier"], "every": 1, "top_k": 2, "weight": 1.0, "require_success": False}
-    ]
+    # A random tiny model never solves a problem nor stops before max_new_tokens: without these its samples never qualify.
+    relaxed = {"require_success": False, "keep_truncated": True}
+    tree["distill"] = [{"source": "caller", "targets": ["verifier"], "every": 1, "top_k": 2, "weight": 1.0, **relaxed}]
     tree["train"] = {**tree["train"], "steps": 3, "problems_per_step": 4, "max_new_tokens": 6}
     return tree
 

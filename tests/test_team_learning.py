@@ -82,7 +82,9 @@ def test_credit_none_keeps_the_env_local_reward(smoke_tree):
 
 
 def test_every_env_accepts_the_noop_action():
-    """Every role of every env and layout scores the empty action as valid but useless (team reward 0)."""
+    """Every role of every env and layout takes the empty action (difference credit's no-op) without error, and it
+    earns no team reward by itself. What the team reaches after it, once later roles act, is the play-out's
+    business: tests/test_credit.py checks that a planner's choice against the no-op gets credit."""
     from pettingllms_cli.envs import ENVS
 
     for name, env_cls in sorted(ENVS.items()):

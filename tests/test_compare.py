@@ -368,3 +368,40 @@ def test_one_role_and_three_roles_sample_the_same_actions_per_step(tmp_path, mon
     assert result["budget"]["overrides"] == {"solo": ["algorithm.group_size=6"], "trio": []}  # K=2 x 3 roles
     assert result["budget"]["sampled_actions_per_step"] == {"solo": 6, "trio": 6}
     assert [row["roles"] for row in result["rows"]] == [1, 3]
+
+
+def test_rescoring_restores_the_learned_role_assignment(spec_files, tmp_path, monkeypatch):
+    """A rotate run is scored with the assignment its checkpoint learned, not with the agents' static roles."""
+    import pettingllms_cli.checkpoint as checkpoint
+    import pettingllms_cli.evaluate as evaluate
+    import pettingllms_cli.policy as policy
+    from pettingllms_cli.compare import score_run
+    from pettingllms_cli.roles import RoleAssigner
+    from pettingllms_cli.spec import load_spec
+
+    spec = load_spec(spec_files[1], ["assignment.mode=rotate"])
+    # The run learned that the verifier agent calls better and the caller agent verifies better.
+    learned = {"verifier/tool_caller": [1.0], "caller/tool_caller": [0.0], "caller/verifier": [1.0], "verifier/verifier": [0.0]}
+    state = {"roles": {"mode": "rotate", "history": learned, "tries": dict.fromkeys(learned, 1)}}
+    played = []
+
+    class FakeTeam:
+        def __init__(self, spec):
+            self.roles = RoleAssigner(spec)
+
+    def fake_evaluate(team, spec, problems, **kwargs):
+        played.append(team.roles.best())
+        return {"team_success_rate": 0.0, "successes": 0, "episodes": len(problems), "per_episode": []}
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step_2").mkdir(parents=True)
+    monkeypatch.setattr(checkpoint, "latest_checkpoint", lambda run_dir, agents=None: run / "checkpoints" / "step_2")
+    monkeypatch.setattr(checkpoint, "load_adapters", lambda team, folder: None)
+    monkeypatch.setattr(checkpoint, "read_state", lambda folder: state)
+    monkeypatch.setattr(policy, "Team", FakeTeam)
+    monkeypatch.setattr(evaluate, "evaluate", fake_evaluate)
+    score_run(spec, run, evaluate.eval_problems(spec, "test", 0, 2))
+    assert played == [
+        {"tool_caller": "caller", "verifier": "verifier"},  # untrained: the static owners
+        {"tool_caller": "verifier", "verifier": "caller"},  # trained: what the run learned
+    ]

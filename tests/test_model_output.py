@@ -113,3 +113,16 @@ def test_overflow_is_a_failed_call_with_the_penalty() -> None:
     env = MathToolEnv(MathToolEnv.load_problems("generated", "train", 0, 1)[0], "multi", 2)
     result = env.step("tool_caller", calc_call("1e5**64"))
     assert result.local_reward < 0 and result.team_reward == 0.0 and "out of range" in result.info["tool_error"]
+
+
+@pytest.mark.parametrize("query", ["SELECT randomblob(1000000000)", "SELECT printf('%.*c', 1000000000, 'x')"])
+def test_a_huge_sql_value_is_a_fast_failed_query(query: str) -> None:
+    """One function call that builds a gigabyte never reaches the progress handler: it ran for minutes."""
+    import time
+
+    from pettingllms_cli.envs.sql_query import SqlEnv
+
+    env = SqlEnv(SqlEnv.load_problems("generated", "train", 0, 1)[0], "single", 2)
+    began = time.monotonic()
+    result = env.step("analyst", raw_call("sql", "query", json.dumps(query)))
+    assert time.monotonic() - began < 5 and result.local_reward < 0 and result.info["tool_error"]

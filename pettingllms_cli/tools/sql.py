@@ -2,7 +2,8 @@
 
 The database file is opened with a `file:...?mode=ro` URI and `PRAGMA query_only`, and an
 authorizer allows only reads (no `ATTACH`, `PRAGMA`, DDL or DML), so no statement can change
-any file; a progress handler aborts queries that run past the time limit; at most `max_rows`
+any file; a progress handler aborts queries that run past the time limit; no string or blob may
+grow past 1 MiB (one huge `randomblob` would run past any time limit); at most `max_rows`
 rows come back. Errors are returned, never raised, so the env can turn them into a penalty.
 """
 
@@ -16,6 +17,7 @@ from urllib.parse import quote
 
 TIME_LIMIT_S = 1.0
 MAX_ROWS = 20
+MAX_VALUE_BYTES = 1 << 20  # longest string or blob a query may build: the time limit cannot stop one long call
 
 
 @dataclass
@@ -47,6 +49,9 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     """A connection that cannot write: read-only URI plus `query_only`."""
     conn = sqlite3.connect(f"file:{quote(str(Path(path).resolve()))}?mode=ro", uri=True, check_same_thread=False)
     conn.execute("PRAGMA query_only = ON")
+    # randomblob(1e9) or printf('%.*c', 1e9, 'x') runs inside one function call, where the progress handler
+    # never fires: it took minutes and a gigabyte. Past this length SQLite fails with "string or blob too big".
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     conn.set_authorizer(_authorize)  # ATTACH would create a file even on a read-only connection
     return conn
 
@@ -54,8 +59,14 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
 _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, getattr(sqlite3, "SQLITE_RECURSIVE", 33)}
 
 
-def _authorize(action: int, *_: object) -> int:
-    """Only reading statements are allowed: SELECT, column reads, functions, recursive CTEs."""
+# printf('%.*c', 1e9, 'x') loops a billion times inside one call (12 s), past the progress handler's reach.
+_DENIED_FUNCTIONS = frozenset({"printf", "format"})
+
+
+def _authorize(action: int, arg1: object = None, arg2: object = None, *_: object) -> int:
+    """Only reading statements are allowed: SELECT, column reads, functions (but printf), recursive CTEs."""
+    if action == sqlite3.SQLITE_FUNCTION and str(arg2).lower() in _DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK if action in _ALLOWED else sqlite3.SQLITE_DENY
 
 

@@ -60,6 +60,7 @@ def bfcl(tmp_path: Path, first: dict) -> Path:
     ("first", "field"),
     [
         ({"question": 5}, "`question`"),
+        ({"question": [[5], {"role": "system", "content": "x"}]}, "`question`"),
         ({"function": [{**FN, "parameters": "x"}]}, "`parameters`"),
         ({"function": [{**FN, "parameters": {"properties": "x"}}]}, "`parameters.properties`"),
         ({"function": [{**FN, "parameters": {"properties": {"x": {}}, "required": 3}}]}, "`parameters.required`"),

@@ -309,7 +309,10 @@ def load_bfcl(path: Path) -> list[Problem]:
         if any(next(iter(g)) not in names for g in gold):
             raise UserError(f"{apath}: ground truth for id {rid!r} calls a function that record {i} does not define")
         _check_gold_arguments(gold, rec["function"], f"{apath}: ground truth for id {rid!r}")
-        problems.append(Problem(rid, _question_text(rec["question"]), gold, {"functions": rec["function"]}))
+        question = _question_text(rec["question"])
+        if not question.strip():
+            raise UserError(f"{path}: record {i}: `question` holds no user message")
+        problems.append(Problem(rid, question, gold, {"functions": rec["function"]}))
     return problems
 
 

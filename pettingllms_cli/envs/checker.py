@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from pettingllms_cli.envs.base import Problem, StepResult, TurnEnv
+from pettingllms_cli.envs.loading import read_split
 
 GENERIC_CORRUPTIONS = ["", "I don't know."]
 
@@ -61,8 +62,7 @@ def _check_layout(report: CheckReport, env_cls: type[TurnEnv], layout: str, prob
 
 
 def load_both_splits(env_cls: type[TurnEnv], data: str, seed: int, limit: int) -> list[Problem]:
-    train = env_cls.load_problems(data, "train", seed, limit)
-    test = env_cls.load_problems(data, "test", seed, limit)
+    train, test = (read_split(env_cls, data, split, seed, limit) for split in ("train", "test"))  # bad data: one line
     seen = {p.id for p in train}
     return train + [p for p in test if p.id not in seen]
 

@@ -318,6 +318,8 @@ def compare(
     specs = load_arms(paths, max_steps)
     check_comparable(paths, specs, allow_unequal)
     levelled = budget_overrides(paths, specs, budget)
+    if any(s.train.eval_every is None for s in specs):
+        console.print("no held-out curve (train.eval_every unset): convergence will not be measured; set train.eval_every")
     base = specs[0]
     problems = held_out(base, episodes, data)
     rows, runs_by_spec = [], {}

@@ -9,6 +9,7 @@ The CLI runs in-process (`pettingllms_cli.cli.main`), so each example takes mill
 from __future__ import annotations
 
 import io
+import json
 import sys
 import tempfile
 from contextlib import redirect_stderr, redirect_stdout
@@ -279,3 +280,85 @@ def test_any_model_text_is_a_step(env_name: str, texts: list[str]) -> None:
 @given(texts=st.lists(MODEL_TEXT, min_size=1, max_size=2))
 def test_any_model_text_is_a_step_in_sandbox_envs(env_name: str, texts: list[str]) -> None:
     play_hostile(env_name, texts)
+
+
+# --- data files: any record loads, or is one UserError; a loaded problem can be played (issue 17) --------
+FN = {"name": "f", "description": "d", "parameters": {"properties": {"x": {"type": "integer"}}, "required": ["x"]}}
+MBPP = {"text": "Add.", "code": "def add(a, b):\n    return a + b", "test_list": ["assert add(1, 2) == 3"], "task_id": 1}
+HUMANEVAL = {
+    "task_id": "h/0",
+    "prompt": "def inc(x):\n",
+    "canonical_solution": "    return x + 1\n",
+    "test": "def check(candidate):\n    assert candidate(1) == 2\n",
+    "entry_point": "inc",
+}
+VALID_DATA = {  # env -> (question records, BFCL answer records or None); each fuzz example breaks a few fields
+    "math_tool_v0": ([{"question": "q", "answer": "#### 3"}, {"question": "r", "answer": "so #### 4"}], None),
+    "code_v0": ([MBPP, HUMANEVAL, {**MBPP, "task_id": 2, "test_setup_code": "y = 1"}], None),
+    "sql_v0": (
+        [{"question": "How many?", "sql": "SELECT COUNT(*) FROM products"}, {"question": "Top?", "sql": "SELECT 1"}],
+        None,
+    ),
+    "plan_path_v0": ([{"grid": ["S..", ".#.", "..G"]}, {"grid": ["S.G"]}], None),
+    "sokoban_v0": ([{"grid": ["#####", "#PBT#", "#####"]}, {"grid": ["######", "#P_BT#", "######"]}], None),
+    "function_call_v0": (
+        [{"id": i, "question": "q", "function": [FN]} for i in ("a", "b")],
+        [{"id": i, "ground_truth": [{"f": {"x": [1, ""]}}]} for i in ("a", "b")],
+    ),
+}
+JSON_DATA = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=5,
+)
+
+
+@st.composite
+def broken(draw: st.DrawFn, records: list[dict]) -> list[dict]:
+    """The records with 0-2 fields (at any depth) deleted or replaced by random JSON."""
+    tree = json.loads(json.dumps(records))
+    for _ in range(draw(st.integers(0, 2))):
+        candidates = [p for p in paths(tree) if len(p) > 1]
+        if not candidates:
+            break
+        path = draw(st.sampled_from(candidates))
+        node = parent(tree, path)
+        if draw(st.booleans()) and isinstance(node, dict):
+            del node[path[-1]]
+        else:
+            node[path[-1]] = draw(JSON_DATA)
+    return tree
+
+
+def load_and_play(env_name: str, path: Path) -> None:
+    """Both splits load, or fail as one UserError; the first loaded problem observes and steps in every layout."""
+    from pettingllms_cli.envs import ENVS
+    from pettingllms_cli.envs.loading import read_split
+    from pettingllms_cli.errors import UserError
+
+    env_cls = ENVS[env_name]
+    try:
+        problems = read_split(env_cls, str(path), "train", 0, 4) + read_split(env_cls, str(path), "test", 0, 4)
+    except UserError:
+        return
+    for layout, roles in env_cls.layouts.items():
+        env = env_cls(problems[0], layout, 1)
+        for role in roles:
+            env.observe(role)
+            env.step(role, env.reference_action(role) if hasattr(env, "reference_action") else "")
+
+
+def write_jsonl(path: Path, records: list) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.mark.parametrize("env_name", sorted(VALID_DATA))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_data_file_loads_or_is_one_user_error(env_name: str, data: st.DataObject, tmp_path: Path) -> None:
+    questions, answers = VALID_DATA[env_name]
+    path = tmp_path / "data.json"
+    write_jsonl(path, data.draw(broken(questions)))
+    if answers is not None:
+        write_jsonl(tmp_path / "data_answer.json", data.draw(broken(answers)))
+    load_and_play(env_name, path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from pettingllms_cli import distributed
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
 from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.policy import Team
+from pettingllms_cli.policy import Team, logprob_key
 from pettingllms_cli.rollout import Sample, tree_rollout
 from pettingllms_cli.spec import Experiment
 from pettingllms_cli.stats import wilson_interval
@@ -66,18 +67,24 @@ def agent_rewards(samples: list[Sample]) -> dict[str, float]:
 
 
 @torch.inference_mode()
-def action_logprobs(team: Team, samples: list[Sample]) -> dict[str, float]:
+def action_logprobs(team: Team, samples: list[Sample], recorded: dict[tuple, float] | None = None) -> dict[str, float]:
     """Mean per-token log-probability each agent's policy gives the actions it took, `action_logprob/<agent>`.
 
     A continuous fingerprint of the policy: it moves with any adapter change, even when the
-    decoded text (and so success) does not. One left-padded forward per base, each row through
-    its agent's adapter (PEFT mixed-adapter batch), with logits only for the last (completion) positions.
+    decoded text (and so success) does not. Actions whose log-prob was recorded while they were
+    sampled (`Team.recording_logprobs`) are read from `recorded`; the others get one left-padded
+    forward per base, each row through its agent's adapter (PEFT mixed-adapter batch), with logits
+    only for the last (completion) positions.
     """
+    recorded = recorded or {}
     by_base: dict[str, list[Sample]] = defaultdict(list)
-    for s in samples:
-        if len(s.completion) > 0:
-            by_base[team.spec.base_of(s.agent)].append(s)
     means: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        key = logprob_key(team.spec.adapter_of(s.agent), s.prompt, s.completion)
+        if key in recorded:
+            means[s.agent].append(recorded[key])
+        elif len(s.completion) > 0:
+            by_base[team.spec.base_of(s.agent)].append(s)
     for key, own in sorted(by_base.items()):
         model = team.models[key]
         was_training = model.training
@@ -136,7 +143,7 @@ def evaluate(
     team: Team,
     spec: Experiment,
     problems: list[Problem],
-    batch_size: int = 16,
+    batch_size: int = 32,  # decoding on a CPU is bound by reading the weights: more rows per step cost little
     temperature: float | None = None,
     seed: int = 0,
     n_transcripts: int = 3,
@@ -156,7 +163,8 @@ def evaluate(
     tokens = 0
     mine = distributed.shard(problems)  # each rank scores its share; gathered back in order below
     assignment = team.roles.best()  # static roles, or the best the run's role assignment found
-    with torch.random.fork_rng():  # eval must not move the training RNG
+    recording = team.recording_logprobs() if score_actions else nullcontext({})  # log-probs from the decode itself
+    with torch.random.fork_rng(), recording as recorded:  # eval must not move the training RNG
         for i in range(0, len(mine), batch_size):
             torch.manual_seed(seed)  # per batch: with per-problem draws, a problem's episode ignores its batch
             envs = make_envs(spec, mine[i : i + batch_size])
@@ -165,6 +173,7 @@ def evaluate(
             samples += rollout.samples
             tokens += rollout.tokens
     episodes, samples = distributed.gather(episodes), distributed.gather(samples)
+    recorded = {key: value for part in distributed.gather([recorded]) for key, value in part.items()}
     tokens = int(distributed.all_reduce_sum([tokens])[0])
     successes = sum(e.success for e in episodes)
     return {
@@ -173,7 +182,7 @@ def evaluate(
         "successes": successes,
         "episodes": len(episodes),
         **agent_rewards(samples),
-        **(action_logprobs(team, samples) if score_actions else {}),
+        **(action_logprobs(team, samples, recorded) if score_actions else {}),
         **tool_call_validity([e.transcript for e in episodes]),
         "tokens_generated": tokens,
         "seconds": round(time.perf_counter() - start, 3),

@@ -9,16 +9,18 @@ tokenizers), all in one process. Bases are keyed by `spec.base_of(agent)`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import LogitsProcessorList, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
-from pettingllms_cli import distributed
+from pettingllms_cli import decoding, distributed
 from pettingllms_cli.envs.base import Message
 from pettingllms_cli.models.loader import load_model
 from pettingllms_cli.roles import RoleAssigner
-from pettingllms_cli.sampling import GumbelSampler
 from pettingllms_cli.spec import Experiment, LoraSpec, ModelSpec
 
 
@@ -37,6 +39,7 @@ class Team:
         self.tokenizers: dict[str, PreTrainedTokenizerBase] = {}
         self.model_specs: dict[str, ModelSpec] = {}
         self.roles = RoleAssigner(spec)  # who plays which role each episode (its state is checkpointed)
+        self.logprob_record: dict[tuple, float] | None = None  # see `recording_logprobs`
         # Agents in sorted order, and adapters seeded alike: results do not depend on YAML order.
         for agent in sorted(spec.agents):
             self._add_adapter(agent)
@@ -155,6 +158,25 @@ class Team:
                 completions[i] = samples
         return completions
 
+    @contextmanager
+    def recording_logprobs(self) -> Iterator[dict[tuple, float]]:
+        """Within the block, every sampled completion's mean token log-probability (temperature 1) is recorded,
+        keyed by `logprob_key`: evaluation reads its `action_logprob/<agent>` from it instead of a second forward."""
+        self.logprob_record = {}
+        try:
+            yield self.logprob_record
+        finally:
+            self.logprob_record = None
+
+    def _record(
+        self, adapters: list[str], prompts: list[list[int]], k: int, completions: list[torch.Tensor], logps: torch.Tensor
+    ) -> None:
+        """Store each row's mean log-prob over its kept tokens (EOS included); rows are prompt-major, K per prompt."""
+        for row, ids in enumerate(completions):
+            if len(ids):
+                key = logprob_key(adapters[row // k], prompts[row // k], ids)
+                self.logprob_record[key] = float(logps[row, : len(ids)].mean())
+
     @torch.inference_mode()
     def _generate(
         self,
@@ -166,56 +188,40 @@ class Team:
         greedy: bool,
         seeds: list[int] | None,
     ) -> list[list[torch.Tensor]]:
-        """K completions of each prompt, prompt i by agents[i] (all on one base), in one batched generate.
+        """K completions of each prompt, prompt i by agents[i] (all on one base), in one batched decode (decoding.py).
 
-        Each distinct prompt is prefilled once and its key/value cache expanded to its K samples,
-        so the prompt (often 10x the completion) is not recomputed K times. With `seeds` (one per
-        prompt), each prompt's draws come from its own generator (sampling.py): the same whatever
-        else is in the batch, so sharding problems over ranks does not change them.
+        The prefix all prompts share (a few-shot preamble) is prefilled once, each prompt's own
+        tokens once, and the cache expanded to its K samples, so no prompt token is computed
+        twice. With `seeds` (one per prompt), each prompt's draws come from its own generator
+        (sampling.py): the same whatever else is in the batch, so sharding problems over ranks
+        does not change them. While `recording_logprobs` is on, each completion's mean token
+        log-probability is recorded from the logits the decode computed anyway.
         """
         model, tokenizer = self.model_of(agents[0]), self.tokenizer_of(agents[0])
         adapters: list[str] | None = [self.spec.adapter_of(a) for a in agents]
+        names = adapters
         if len(set(adapters)) == 1:  # one adapter: the plain LoRA forward, without PEFT's per-row gather and scatter
             self.activate(agents[0])
             adapters = None
-        pad = tokenizer.pad_token_id
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])  # [P, L], left-padded
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [P, L]
-        ids, mask = ids.to(model.device), mask.to(model.device)
+        pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
         expanded = [a for a in adapters for _ in range(k)] if adapters else None  # [P*K], prompt-major like the rows
+        if greedy:
+            pick = decoding.greedy_picker()
+        elif seeds is not None:  # Gumbel-max on per-prompt noise: argmax is an exact sample
+            pick = decoding.gumbel_picker(seeds, k, temperature)
+        else:
+            pick = decoding.multinomial_picker(temperature)
         was_training = model.training
         model.eval()  # PEFT accepts adapter_names only in eval mode
-        cache = None
-        if width > 1:
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate numbers left-padded rows
-            prefill = model(
-                input_ids=ids[:, :-1],
-                attention_mask=mask[:, :-1],
-                position_ids=positions[:, :-1],
-                use_cache=True,
-                logits_to_keep=1,
-                adapter_names=adapters,
-            )
-            cache = prefill.cache
-            cache.batch_repeat_interleave(k)
-        sampling = (
-            {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if not greedy else {"do_sample": False}
-        )
-        if seeds is not None and not greedy:  # Gumbel-max on per-prompt noise: argmax is an exact sample
-            sampling = {"do_sample": False, "logits_processor": LogitsProcessorList([GumbelSampler(seeds, k, temperature)])}
-        out = model.generate(
-            input_ids=ids.repeat_interleave(k, 0),
-            attention_mask=mask.repeat_interleave(k, 0),
-            cache=cache,
-            max_new_tokens=max_new_tokens,
-            pad_token_id=pad,
-            eos_token_id=tokenizer.eos_token_id,
-            adapter_names=expanded,
-            **sampling,
-        )
-        model.train(was_training)
-        completions = [cut_at_eos(row, tokenizer.eos_token_id) for row in out[:, width:].cpu()]
+        try:
+            start = decoding.prefill(model, prompts, pad, k, adapters)
+            record = self.logprob_record is not None
+            out, logps = decoding.decode(model, start, pick, max_new_tokens, eos, pad, expanded, logprobs=record)
+        finally:
+            model.train(was_training)
+        completions = [cut_at_eos(row, eos) for row in out.cpu()]
+        if logps is not None:
+            self._record(names, prompts, k, completions, logps.cpu())
         return [completions[i * k : (i + 1) * k] for i in range(len(prompts))]
 
 
@@ -224,6 +230,11 @@ def place_on_rank_device(model: torch.nn.Module) -> None:
     target = distributed.device()
     if target.type == "cuda" and not getattr(model, "is_loaded_in_4bit", False):
         model.to(target)
+
+
+def logprob_key(adapter: str, prompt: list[int], completion: torch.Tensor) -> tuple:
+    """What identifies a recorded log-prob: the adapter that sampled it and the token ids it scored."""
+    return (adapter, tuple(prompt), tuple(completion.tolist()))
 
 
 def cut_at_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:

@@ -175,3 +175,80 @@ def test_nf4_read_path_equals_mapped_path_and_leaves_no_mapping():
     ids = torch.randint(3, 300, (2, 9))
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, ref(input_ids=ids).logits)
+
+
+# A few-shot preamble all prompts share (>= decoding.MIN_SHARED_PREFIX tokens), then each prompt's own tokens.
+PREAMBLE = list(range(40, 60))
+PREFIXED_PROMPTS = [PREAMBLE + [5, 6, 7], PREAMBLE + [12], PREAMBLE + [20, 21, 22, 23, 24], PREAMBLE + [5, 6, 7]]
+
+
+def test_shared_prefix_sampling_equals_plain_generate(team, one_thread):
+    """The preamble prefilled once and the own tokens on top of its cache give plain generate's greedy tokens."""
+    from pettingllms_cli.decoding import shared_prefix_length
+
+    assert shared_prefix_length(PREFIXED_PROMPTS) == len(PREAMBLE)
+    got = team.sample("caller", PREFIXED_PROMPTS, k=2, max_new_tokens=6, temperature=1.0, greedy=True)
+    model = team.activate("caller")
+    tok = team.tokenizer_of("caller")
+    for prompt, outs in zip(PREFIXED_PROMPTS, got, strict=True):
+        ref = model.generate(
+            input_ids=torch.tensor([prompt]),
+            max_new_tokens=6,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )[0, len(prompt) :]
+        assert outs[0].tolist() == ref[: len(outs[0])].tolist() == outs[1].tolist()
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "seeded"])
+def test_shared_prefix_mixed_adapters_equal_per_agent_calls(greedy, team, one_thread):
+    """Under mixed adapters the preamble is run once per adapter: each row still gets its own agent's tokens."""
+    agents = ["caller", "verifier", "caller", "verifier"]
+    seeds = None if greedy else [7, 8, 9, 10]
+    mixed = team.sample_mixed(agents, PREFIXED_PROMPTS, 2, 6, 1.0, greedy=greedy, seeds=seeds)
+    for i, agent in enumerate(agents):
+        alone = team.sample(agent, [PREFIXED_PROMPTS[i]], 2, 6, 1.0, greedy=greedy, seeds=[seeds[i]] if seeds else None)[0]
+        assert [o.tolist() for o in mixed[i]] == [o.tolist() for o in alone], (i, agent)
+    if greedy:  # prompts 0 and 3 are the same, played by different agents
+        assert mixed[0][0].tolist() != mixed[3][0].tolist(), "the same prompt should get each agent's own tokens"
+
+
+def test_unseeded_sampling_draws_as_generate(team, one_thread):
+    """Without seeds, rows draw from the global RNG exactly as `generate(do_sample=True)` did."""
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 17, 18]]
+    torch.manual_seed(3)
+    got = team.sample("caller", prompts, k=2, max_new_tokens=6, temperature=0.8)
+    model = team.activate("caller")
+    tok = team.tokenizer_of("caller")
+    torch.manual_seed(3)
+    ref = model.generate(
+        input_ids=torch.tensor(prompts).repeat_interleave(2, 0),
+        max_new_tokens=6,
+        do_sample=True,
+        temperature=0.8,
+        top_k=0,
+        top_p=1.0,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )[:, len(prompts[0]) :]
+    flat = [o for outs in got for o in outs]
+    assert [o.tolist() for o in flat] == [r[: len(o)].tolist() for r, o in zip(ref, flat, strict=True)]
+
+
+def test_recorded_logprobs_equal_a_forward(team, one_thread):
+    """The log-probs recorded while sampling are what a separate forward over prompt + completion gives."""
+    from pettingllms_cli.policy import logprob_key
+
+    with team.recording_logprobs() as recorded:
+        got = team.sample_mixed(["caller", "verifier", "caller"], PREFIXED_PROMPTS[:3], 2, 6, 1.0, seeds=[1, 2, 3])
+    assert team.logprob_record is None and len(recorded) >= 3
+    for agent, prompt, outs in zip(["caller", "verifier", "caller"], PREFIXED_PROMPTS, got, strict=False):
+        model = team.activate(agent)
+        model.eval()
+        with torch.no_grad():
+            for ids in outs:
+                logp, _ = group_logprobs(model, torch.tensor(prompt), ids[None], temperature=1.0)
+                key = logprob_key(team.spec.adapter_of(agent), prompt, ids)
+                assert recorded[key] == pytest.approx(float(logp.mean()), abs=1e-4)
+        model.train()

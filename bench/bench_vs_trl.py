@@ -162,7 +162,7 @@ def bench_trl(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt
     out_dir = tempfile.mkdtemp(prefix="bench_trl_")
     config = GRPOConfig(
         output_dir=out_dir,
-        use_cpu=True,
+        use_cpu=not torch.cuda.is_available(),  # the GPU when there is one (bench/gpu_check.sh), like pettingllms' side
         bf16=False,
         fp16=False,
         gradient_checkpointing=False,

@@ -1,0 +1,94 @@
+"""Held-out evaluation's generated tokens/s against training sampling's, on the same team, in one process.
+
+    python bench/bench_eval.py [--quick] [--repeats R] [--threads N]
+
+The team is `experiments/quickstart.yaml` (two SmolLM2-135M-Instruct agents on one fp32 base,
+LoRA r=16). Evaluation is `evaluate` as `train` runs it before and after training: one greedy
+episode per held-out problem (24; 8 with --quick), action log-probs included. Training sampling
+is one step's `tree_rollout`: 4 problems, K=4 seeded samples per action. Both count the
+completion tokens they generate (EOS included) and include stepping the envs. The two alternate,
+repeat after repeat (the first round warms up), and each is timed in process CPU time, so other
+jobs sharing the cores slow neither side; wall-clock figures are printed as well.
+
+Last line: `eval_over_train_sampling=<eval tokens per CPU second over training sampling's>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+
+
+def default_threads() -> int:
+    """1 when other processes keep the cores busy: OpenMP threads then wait on each other."""
+    return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch.get_num_threads()
+
+
+def timed(work: Callable[[], int]) -> tuple[int, float, float]:
+    """Run work (it returns the tokens it generated); (tokens, CPU seconds, wall seconds)."""
+    began, began_cpu = time.perf_counter(), time.process_time()
+    tokens = work()
+    return tokens, time.process_time() - began_cpu, time.perf_counter() - began
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="8 eval problems and 1 timed round instead of 24 and 3")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads or default_threads())
+    repeats = args.repeats or (1 if args.quick else 3)
+
+    from pettingllms_cli.evaluate import evaluate, make_envs
+    from pettingllms_cli.policy import Team
+    from pettingllms_cli.rollout import tree_rollout
+    from pettingllms_cli.spec import load_spec
+    from pettingllms_cli.train import load_problems
+
+    spec = load_spec(SPEC)
+    team = Team(spec)
+    train_problems, eval_problems = load_problems(spec)
+    eval_problems = eval_problems[: 8 if args.quick else spec.env.eval_problems]
+    step_problems = train_problems[: spec.train.problems_per_step]
+
+    def eval_work() -> int:
+        return evaluate(team, spec, eval_problems)["tokens_generated"]
+
+    def train_work() -> int:
+        torch.manual_seed(0)
+        return tree_rollout(team, spec, make_envs(spec, step_problems), spec.algorithm.group_size).tokens  # one step's sampling
+
+    runs: dict[str, list[tuple[int, float, float]]] = {"eval": [], "train_sampling": []}
+    for round_ in range(repeats + 1):  # the first round warms up and is not timed
+        for name, work in (("eval", eval_work), ("train_sampling", train_work)):
+            got = timed(work)
+            if round_:
+                runs[name].append(got)
+    rates = {}
+    k = spec.algorithm.group_size
+    print(f"{spec.name}: eval {len(eval_problems)} greedy episodes, training sampling {len(step_problems)} problems x K={k}")
+    print(f"{torch.get_num_threads()} threads, median of {repeats}")
+    for name, got in runs.items():
+        tokens = got[-1][0]
+        cpu, wall = statistics.median(g[1] for g in got), statistics.median(g[2] for g in got)
+        rates[name] = tokens / cpu
+        print(f"{name}_tokens={tokens}")
+        print(f"{name}_cpu_seconds={cpu:.2f}")
+        print(f"{name}_tokens_per_wall_second={tokens / wall:.1f}")
+        print(f"{name}_tokens_per_second={rates[name]:.1f}")
+    print(f"eval_over_train_sampling={rates['eval'] / rates['train_sampling']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""The sampler's tokens/s against what this machine's matrix-multiply rate allows, in one process.
+
+    python bench/bench_sampling_bound.py [--quick] [--repeats R] [--threads N]
+
+The work is one role of a quickstart training step: SmolLM2-135M-Instruct (fp32), a LoRA r=16
+adapter (B drawn non-zero), the tool caller's real prompts (~300 tokens, a few-shot preamble they
+all share) for 4 problems, K=4 seeded samples each (16 rows), at most 12 new tokens, temperature 1
+(`Team.sample`, as the rollout calls it). Prefill is part of the sampler's time.
+
+The bound: a decode step of B rows is about B x 2 x params FLOP, so at the measured fp32 rate R
+(1024x1024 matmuls, the same threads, timed between the sampler's repeats) no sampler makes more
+than R / (2 x params) tokens/s. Both sides are timed in process CPU time, so other jobs sharing
+the cores slow neither the figure nor its bound (the wall-clock tokens/s is printed as well).
+The step's other floor, reading every weight once per step at the measured copy bandwidth, is
+printed too: on a CPU it is usually the one that binds.
+
+Last line: `sampling_over_bound=<sampler tokens/s over the compute bound>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import warnings
+
+import torch
+
+MODEL = "smollm2-135m-instruct"
+PROBLEMS, K, MAX_NEW_TOKENS = 4, 4, 12
+
+
+def default_threads() -> int:
+    """1 when other processes keep the cores busy: OpenMP threads then wait on each other."""
+    return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch.get_num_threads()
+
+
+def matmul_flops_per_cpu_second(n: int = 1024, reps: int = 20) -> float:
+    """fp32 FLOP per CPU second of n x n matmuls (CPU time, like the sampler's: other jobs on the machine cancel out)."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    began = time.process_time()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.process_time() - began)
+
+
+def copy_bytes_per_cpu_second(mb: int = 256, reps: int = 4) -> float:
+    """Bytes moved per CPU second by a large copy (reads and writes counted: 2 x size per copy)."""
+    x = torch.empty(mb * 2**20 // 4).normal_()
+    y = torch.empty_like(x)
+    y.copy_(x)
+    began = time.process_time()
+    for _ in range(reps):
+        y.copy_(x)
+    return 2 * x.numel() * 4 * reps / (time.process_time() - began)
+
+
+def make_team():
+    """The quickstart team with the caller's LoRA B drawn non-zero (an untrained B of zeros would be a no-op)."""
+    from pettingllms_cli.policy import Team
+    from pettingllms_cli.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "bench_bound",
+            "env": {"name": "math_tool_v0", "layout": "multi", "options": {"ops": "+-*/"}},
+            "models": {"smol": {"source": MODEL, "dtype": "float32", "quantization": "none"}},
+            "agents": {
+                "caller": {"model": "smol", "roles": ["tool_caller"], "lora": {"r": 16, "alpha": 32}},
+                "verifier": {"model": "smol", "roles": ["verifier"], "lora": {"r": 16, "alpha": 32}},
+            },
+        }
+    )
+    team = Team(spec)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        for name, p in team.models["smol"].named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
+    return team
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2 timed repeats instead of 5")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads or default_threads())
+    repeats = args.repeats or (2 if args.quick else 5)
+
+    from pettingllms_cli.envs.math_tool import generate_problems
+    from pettingllms_cli.evaluate import make_envs
+
+    team = make_team()
+    model = team.model_of("caller")
+    params = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    envs = make_envs(team.spec, generate_problems(0, PROBLEMS, "bench"))
+    prompts = [team.encode("caller", env.view("tool_caller")) for env in envs]
+    seeds = [1000 + i for i in range(PROBLEMS)]
+
+    rates, cpu_seconds, wall_seconds, tokens = [], [], [], 0
+    for round_ in range(repeats + 1):  # the first round warms up and is not timed
+        rates.append(matmul_flops_per_cpu_second())
+        began, began_cpu = time.perf_counter(), time.process_time()
+        got = team.sample("caller", prompts, K, MAX_NEW_TOKENS, 1.0, seeds=seeds)
+        if round_:
+            cpu_seconds.append(time.process_time() - began_cpu)
+            wall_seconds.append(time.perf_counter() - began)
+        tokens = sum(len(c) for row in got for c in row)
+    rate, bandwidth = statistics.median(rates), copy_bytes_per_cpu_second()
+    sampled = tokens / statistics.median(cpu_seconds)
+    compute_bound = rate / (2 * params)  # tokens/s: every token costs 2 x params FLOP
+    rows = PROBLEMS * K
+    weight_bound = rows * bandwidth / weight_bytes  # tokens/s: each decode step reads every weight once for `rows` tokens
+    print(f"{MODEL}: {params / 1e6:.1f}M params, {PROBLEMS} prompts x K={K}, <= {MAX_NEW_TOKENS} new tokens, seeded")
+    print(f"{torch.get_num_threads()} threads; prompts {[len(p) for p in prompts]} tokens; {tokens} tokens sampled")
+    print(f"matmul_gflops={rate / 1e9:.1f}")
+    print(f"copy_gb_per_s={bandwidth / 1e9:.2f}")
+    print(f"sampling_tokens_per_wall_second={tokens / statistics.median(wall_seconds):.1f}")
+    print(f"sampling_tokens_per_second={sampled:.1f}")
+    print(f"compute_bound_tokens_per_second={compute_bound:.1f}")
+    print(f"weight_read_bound_tokens_per_second={weight_bound:.1f}")
+    print(f"sampling_over_bound={sampled / compute_bound:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -99,7 +99,7 @@ class TurnEnv:
         if role != expected:
             raise ValueError(f"{self.name}: it is {expected!r}'s turn, not {role!r}")
         text = text if isinstance(text, str) else ""
-        prefill = self.prefill(role)  # before _act changes what the role would see
+        prefill = self.prefill(role) if role in self.intents else ""  # before _act changes what the role would see
         out = self._act(role, text)
         if role in self.intents:
             # Judged on what the model generated: text the env prefilled agrees with any intent that restates it.

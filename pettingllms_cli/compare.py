@@ -192,6 +192,7 @@ def spent(rows: list[dict]) -> dict:
     """A run's compute from its metrics.jsonl (docs/metrics.md): what `--budget` levels, measured."""
     return {
         "sampled_actions": sum(r.get("sampled_actions", 0) for r in rows),
+        "playout_actions": sum(r.get("playout_actions", 0) for r in rows),  # not trained; tokens in sampled_tokens
         "sampled_tokens": sum(r.get("tokens_generated", 0) for r in rows),
         "trained_tokens": sum(r.get("trained_tokens", 0) for r in rows),
         "optimizer_steps": sum(r.get("optimizer_steps", 0) for r in rows),
@@ -246,7 +247,15 @@ def spec_row(spec: Experiment, path: Path, runs: list[dict]) -> dict:
     }
 
 
-SPENT = ("sampled_actions", "sampled_tokens", "trained_tokens", "optimizer_steps", "wall_seconds", "sampled_actions_per_step")
+SPENT = (
+    "sampled_actions",
+    "playout_actions",
+    "sampled_tokens",
+    "trained_tokens",
+    "optimizer_steps",
+    "wall_seconds",
+    "sampled_actions_per_step",
+)
 
 
 def _mean(values: list[float]) -> float:

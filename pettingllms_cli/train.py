@@ -337,6 +337,7 @@ def gather_rollout(rollout: Rollout) -> Rollout:
     whole.assignment = distributed.gather(rollout.assignment)  # role -> agent of each episode, in episode order
     whole.on_policy = distributed.gather(rollout.on_policy)
     whole.on_policy_tokens = int(distributed.all_reduce_sum([rollout.on_policy_tokens])[0])
+    whole.lookahead_actions = int(distributed.all_reduce_sum([rollout.lookahead_actions])[0])
     return whole
 
 
@@ -409,6 +410,7 @@ def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentSt
     updated = {spec.adapter_of(a) for a, st in stats.items() if st.tokens > 0 and not st.skipped}
     return {
         "sampled_actions": len(rollout.samples),  # candidates in the step's groups (not play-outs, not intents)
+        "playout_actions": rollout.lookahead_actions,  # sampled to score candidates at the turn's end (credit.py)
         "trained_tokens": sum(st.tokens for st in stats.values()),  # completion tokens in the loss
         "optimizer_steps": len(updated),  # adapters that took an optimizer step
     }

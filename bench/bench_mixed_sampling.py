@@ -22,8 +22,8 @@ import warnings
 
 import torch
 
+from pettingllms_cli.analysis.evaluate import make_envs
 from pettingllms_cli.envs.math_tool import generate_problems
-from pettingllms_cli.evaluate import make_envs
 from pettingllms_cli.spec import parse_spec
 
 MODEL = "smollm2-135m-instruct"
@@ -32,7 +32,7 @@ K, MAX_NEW_TOKENS = 4, 16
 
 def make_team():
     """The quickstart team (tool caller + verifier on one SmolLM2 base) with `rotate` roles."""
-    from pettingllms_cli.policy import Team
+    from pettingllms_cli.policy.adapters import Team
 
     roles = ["tool_caller", "verifier"]
     names = [f"agent{i}" for i in range(len(roles))]

@@ -59,7 +59,7 @@ def copy_bytes_per_cpu_second(mb: int = 256, reps: int = 4) -> float:
 
 def make_team():
     """The quickstart team with the caller's LoRA B drawn non-zero (an untrained B of zeros would be a no-op)."""
-    from pettingllms_cli.policy import Team
+    from pettingllms_cli.policy.adapters import Team
     from pettingllms_cli.spec import parse_spec
 
     spec = parse_spec(
@@ -92,8 +92,8 @@ def main() -> None:
     torch.set_num_threads(args.threads or default_threads())
     repeats = args.repeats or (2 if args.quick else 5)
 
+    from pettingllms_cli.analysis.evaluate import make_envs
     from pettingllms_cli.envs.math_tool import generate_problems
-    from pettingllms_cli.evaluate import make_envs
 
     team = make_team()
     model = team.model_of("caller")

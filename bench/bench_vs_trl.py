@@ -88,10 +88,10 @@ class Timing:
 # --- pettingllms --------------------------------------------------------------------------------
 def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int]) -> Timing:
     """Team.sample -> reward -> assign_advantages -> update, one prompt x K per step, as train.py does."""
-    from pettingllms_cli.policy import Team
-    from pettingllms_cli.rollout import Sample
-    from pettingllms_cli.train import assign_advantages
-    from pettingllms_cli.update import update
+    from pettingllms_cli.algorithms.update import update
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.rollout.tree import Sample
+    from pettingllms_cli.training.loop import assign_advantages
 
     spec = parse_spec(
         {

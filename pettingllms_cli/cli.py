@@ -69,7 +69,7 @@ def train(
     _check_models(experiment)
     if force and not resume:
         raise UserError("--force only applies with --resume (to continue a run with a changed spec)")
-    from pettingllms_cli.train import train as run_training
+    from pettingllms_cli.training.loop import train as run_training
 
     run_dir = out or experiment.run_dir
     again = [*distributed.relaunch(), "train", str(spec), "--out", str(run_dir)]
@@ -121,7 +121,8 @@ def schema() -> None:
 @models_app.command("list")
 def models_list() -> None:
     """List built-in models and whether they are ready offline."""
-    from pettingllms_cli.models.loader import BUILTINS, cache_root, source_problem
+    from pettingllms_cli.models.builtins import BUILTINS, cache_root
+    from pettingllms_cli.models.loader import source_problem
 
     table = Table("name", "status", "description")
     for name, b in BUILTINS.items():
@@ -194,12 +195,12 @@ def eval_(
     ] = None,
 ) -> None:
     """Score a run, a checkpoint or an untrained spec on held-out problems."""
-    from pettingllms_cli.evaluate import resolve_target, run_eval
+    from pettingllms_cli.analysis.evaluate import resolve_target, run_eval
 
     if temperature is not None and temperature <= 0:
         raise UserError(f"--temperature {temperature}: must be > 0; omit it for greedy decoding")
     _check_models(resolve_target(target).spec)
-    from pettingllms_cli.rundir import run_dir_of, writer_lock
+    from pettingllms_cli.training.rundir import run_dir_of, writer_lock
 
     into_run = run_dir_of(out) if out is not None else None  # --out inside a run directory: one writer at a time
     with writer_lock(into_run, "then run this eval again") if into_run else contextlib.nullcontext():
@@ -269,10 +270,10 @@ def compare(
     ] = None,
 ) -> None:
     """Train each spec for N seeds at equal compute, score all on the same held-out problems, write the verdict and tables."""
-    from pettingllms_cli.budget import BUDGETS
-    from pettingllms_cli.compare import compare as run_compare
-    from pettingllms_cli.compare import console_table, ratios_table
+    from pettingllms_cli.analysis.budget import BUDGETS
     from pettingllms_cli.spec import load_spec
+    from pettingllms_cli.training.compare import compare as run_compare
+    from pettingllms_cli.training.compare import console_table, ratios_table
 
     if budget not in BUDGETS:
         raise UserError(f"--budget {budget!r}: use one of {', '.join(BUDGETS)}")
@@ -290,7 +291,7 @@ def compare(
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `pettingllms train`.")]) -> None:
     """(Re)write a run's report.md and self-contained report.html with plots."""
-    from pettingllms_cli.report import write_report
+    from pettingllms_cli.analysis.report import write_report
 
     if not run_dir.is_dir() or not ((run_dir / "metrics.jsonl").is_file() or (run_dir / "spec.yaml").is_file()):
         raise UserError(f"{run_dir}: not a run directory (no metrics.jsonl or spec.yaml); pass the --out folder of `train`")
@@ -303,7 +304,7 @@ INTERRUPTED = 130  # exit code of a command stopped by Ctrl-C or a second SIGINT
 
 def _say_interrupted() -> None:
     """One line on stderr: what stopped the command and what it left behind."""
-    from pettingllms_cli.graceful import abort_reason
+    from pettingllms_cli.training.graceful import abort_reason
 
     reason = abort_reason() or "interrupted (Ctrl-C); the command did not finish"
     Console(stderr=True).print(f"aborted: {reason}", markup=False, highlight=False, soft_wrap=True)

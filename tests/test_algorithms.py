@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pettingllms_cli.algorithms import group_advantages, k3_kl, ppo_clip_loss, zero_std_groups
+from pettingllms_cli.algorithms.grpo import group_advantages, k3_kl, ppo_clip_loss, zero_std_groups
 
 
 def test_advantages_by_hand():

@@ -182,7 +182,7 @@ def test_train_checks_data_before_the_run_directory_and_models(tmp_path: Path, m
     def no_models(*args: object, **kwargs: object) -> None:
         raise AssertionError("train loaded models before checking its data")
 
-    monkeypatch.setattr("pettingllms_cli.train.Team", no_models)
+    monkeypatch.setattr("pettingllms_cli.training.loop.Team", no_models)
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": 1, "answer": "#### 1"}, {"question": "q", "answer": "#### 2"}])
     run = tmp_path / "run"
     code = run_cli(["train", str(SMOKE), "--out", str(run), "--set", f"env.data={bad}"], monkeypatch)

@@ -128,7 +128,7 @@ def test_verdict_opens_the_reports_and_the_terminal(compared, tmp_path, monkeypa
 def test_console_table_fits_80_columns_with_whole_spec_names():
     from rich.console import Console
 
-    from pettingllms_cli.compare import console_table, ratios_table
+    from pettingllms_cli.training.compare import console_table, ratios_table
 
     row = {
         "spec": "quickstart_single_long_name",
@@ -178,7 +178,7 @@ def test_refuses_arms_whose_lr_differs(spec_files, tmp_path, monkeypatch, capsys
 
 
 def test_team_keys_may_differ_but_models_and_lora_may_not(spec_files):
-    from pettingllms_cli.budget import check_equal_arms
+    from pettingllms_cli.analysis.budget import check_equal_arms
     from pettingllms_cli.errors import UserError
     from pettingllms_cli.spec import parse_spec
 
@@ -196,8 +196,8 @@ def test_team_keys_may_differ_but_models_and_lora_may_not(spec_files):
 
 
 def test_convergence_comes_from_the_held_out_curve(tmp_path, spec_files):
-    from pettingllms_cli.compare import run_summary
     from pettingllms_cli.spec import load_spec
+    from pettingllms_cli.training.compare import run_summary
 
     spec = load_spec(spec_files[1])
     run = tmp_path / "run"
@@ -251,7 +251,7 @@ def test_second_call_reuses_runs(compared, monkeypatch, capsys):
 
 
 def test_changed_spec_is_not_reused(compared, tmp_path):
-    from pettingllms_cli.compare import run_state, seeded
+    from pettingllms_cli.training.compare import run_state, seeded
 
     (solo, _), out = compared
     levelled = ["algorithm.group_size=4"]  # what --budget actions gave the lone agent
@@ -288,7 +288,7 @@ def test_refuses_specs_of_different_envs(spec_files, tmp_path, monkeypatch, caps
 
 
 def test_refuses_unequal_budgets_unless_allowed(spec_files, tmp_path, monkeypatch, capsys):
-    from pettingllms_cli.compare import check_comparable, load_arms
+    from pettingllms_cli.training.compare import check_comparable, load_arms
 
     bigger = yaml.safe_load(spec_files[1].read_text())
     bigger["algorithm"]["group_size"] = 4
@@ -328,7 +328,7 @@ def test_data_file_scores_every_arm_on_its_problems(compared, tmp_path, monkeypa
 
 
 def test_budget_modes_level_compute_as_documented(spec_files):
-    from pettingllms_cli.budget import budget_overrides
+    from pettingllms_cli.analysis.budget import budget_overrides
     from pettingllms_cli.spec import load_spec
 
     specs = [load_spec(p) for p in spec_files]  # 1 role (K=2, 2 steps) and 2 roles (K=2, 2 steps)
@@ -372,12 +372,12 @@ def test_one_role_and_three_roles_sample_the_same_actions_per_step(tmp_path, mon
 
 def test_rescoring_restores_the_learned_role_assignment(spec_files, tmp_path, monkeypatch):
     """A rotate run is scored with the assignment its checkpoint learned, not with the agents' static roles."""
-    import pettingllms_cli.checkpoint as checkpoint
-    import pettingllms_cli.evaluate as evaluate
-    import pettingllms_cli.policy as policy
-    from pettingllms_cli.compare import score_run
-    from pettingllms_cli.roles import RoleAssigner
+    import pettingllms_cli.analysis.evaluate as evaluate
+    import pettingllms_cli.policy.adapters as policy
+    import pettingllms_cli.training.checkpoint as checkpoint
+    from pettingllms_cli.rollout.roles import RoleAssigner
     from pettingllms_cli.spec import load_spec
+    from pettingllms_cli.training.compare import score_run
 
     spec = load_spec(spec_files[1], ["assignment.mode=rotate"])
     # The run learned that the verifier agent calls better and the caller agent verifies better.

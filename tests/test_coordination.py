@@ -14,11 +14,11 @@ import json
 import pytest
 import torch
 
-from pettingllms_cli import coordination
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.rollout import parallel_rollout, tree_rollout
+from pettingllms_cli.rollout import coordination
+from pettingllms_cli.rollout.tree import parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from tests.conftest import EXPERIMENTS, FAST, run_cli
 

@@ -9,7 +9,7 @@ import pytest
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.function_call import CALLER_SYSTEM, FunctionCallEnv
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.rollout import parallel_rollout, tree_rollout
+from pettingllms_cli.rollout.tree import parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from tests.scripted import ScriptedTeam
 

@@ -45,16 +45,16 @@ def spec(*extra: str):
 
 
 def train(run_dir: Path, *extra: str, resume: bool = False, force: bool = False, console: Console | None = None) -> Path:
-    from pettingllms_cli.train import train as run_training
+    from pettingllms_cli.training.loop import train as run_training
 
-    with mock.patch("pettingllms_cli.train.write_report"):  # plots take seconds and are not under test here
+    with mock.patch("pettingllms_cli.training.loop.write_report"):  # plots take seconds and are not under test here
         return run_training(spec(*extra), run_dir, resume=resume, force=force, console=console or Console(quiet=True))
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """The smoke spec, smaller, trained 2 steps with a checkpoint after each, report included."""
-    from pettingllms_cli.train import train as run_training
+    from pettingllms_cli.training.loop import train as run_training
 
     run = tmp_path_factory.mktemp("damage") / "run"
     run_training(spec(), run, console=Console(quiet=True))
@@ -177,8 +177,8 @@ def on_disk(folder: Path) -> int:
 
 
 def test_disk_check_measures_a_real_checkpoint(trained: Path, tmp_path: Path) -> None:
-    from pettingllms_cli.checkpoint import measure_checkpoint
-    from pettingllms_cli.policy import Team
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.training.checkpoint import measure_checkpoint
 
     real = on_disk(trained / "checkpoints" / "step_2")
     measured = measure_checkpoint(Team(spec()), tmp_path)
@@ -189,7 +189,7 @@ def test_disk_check_measures_a_real_checkpoint(trained: Path, tmp_path: Path) ->
 def test_disk_check_counts_only_the_checkpoints_still_to_write(trained: Path, run_dir: Path, tmp_path: Path) -> None:
     per_checkpoint = on_disk(trained / "checkpoints" / "step_2")
     room = mock.Mock(free=int(1.5 * per_checkpoint) + 2**20)  # one more checkpoint fits, two do not
-    with mock.patch("pettingllms_cli.rundir.shutil.disk_usage", return_value=room):
+    with mock.patch("pettingllms_cli.training.rundir.shutil.disk_usage", return_value=room):
         train(run_dir, "train.steps=3", resume=True)  # 1 checkpoint to go: fits
         with pytest.raises(UserError, match=r"MiB free, but 2 checkpoint\(s\)"):
             train(tmp_path / "fresh")  # 2 checkpoints: do not
@@ -199,7 +199,7 @@ def test_disk_check_counts_only_the_checkpoints_still_to_write(trained: Path, ru
 # --- 11. SIGTERM in the final held-out eval ----------------------------------------------------------------------
 SIGTERM_IN_FINISH = """
 import os, signal, sys
-import pettingllms_cli.train as t
+import pettingllms_cli.training.loop as t
 real_finish = t.finish
 def finish(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler's stop arrives once training is done
@@ -221,7 +221,7 @@ def test_sigterm_in_the_final_eval_says_how_to_finish(tmp_path: Path, monkeypatc
     assert done.returncode == 0, f"{done.returncode}: {done.stderr}"
     assert "SIGTERM: stopped during the final held-out eval" in done.stdout and "--resume" in done.stdout
     assert (run_dir / "checkpoints" / "step_2").is_dir() and not (run_dir / "eval_after.json").exists()
-    with mock.patch("pettingllms_cli.train.write_report"):
+    with mock.patch("pettingllms_cli.training.loop.write_report"):
         assert run_cli([*args, "--resume"], monkeypatch) == 0
     assert (run_dir / "eval_after.json").is_file() and steps_logged(run_dir) == [1, 2]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
@@ -255,7 +255,7 @@ def test_a_renamed_agent_is_named_as_such(run_dir: Path, monkeypatch, capsys) ->
     assert "partial" not in err
     # --resume --force with the renamed agent: refused, instead of a silent fresh start from step 0
     from pettingllms_cli.spec import load_spec
-    from pettingllms_cli.train import train as run_training
+    from pettingllms_cli.training.loop import train as run_training
 
     with pytest.raises(UserError, match="agent names differ"):
         run_training(load_spec(run_dir / "spec.yaml"), run_dir, resume=True, force=True, console=Console(quiet=True))

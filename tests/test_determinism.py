@@ -12,7 +12,7 @@ from rich.console import Console
 from safetensors.torch import load_file
 
 from pettingllms_cli.spec import load_spec
-from pettingllms_cli.train import WALL_CLOCK_KEYS, problems_for_step, step_seed, train
+from pettingllms_cli.training.loop import WALL_CLOCK_KEYS, problems_for_step, step_seed, train
 from tests.conftest import FAST
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def run(run_dir: Path, *extra: str) -> Path:
     spec = load_spec(ROOT / "experiments" / "smoke.yaml", [*FAST, "train.steps=2", *extra])
-    with mock.patch("pettingllms_cli.train.write_report"):  # plots are not under test
+    with mock.patch("pettingllms_cli.training.loop.write_report"):  # plots are not under test
         return train(spec, run_dir, console=Console(quiet=True))
 
 

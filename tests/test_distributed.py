@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from pettingllms_cli import distributed
 from pettingllms_cli.spec import load_spec
-from pettingllms_cli.train import WALL_CLOCK_KEYS, train
+from pettingllms_cli.training.loop import WALL_CLOCK_KEYS, train
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "experiments" / "smoke.yaml"

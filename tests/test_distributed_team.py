@@ -22,7 +22,7 @@ from rich.console import Console
 from safetensors.torch import load_file
 
 from pettingllms_cli.spec import parse_spec
-from pettingllms_cli.train import train
+from pettingllms_cli.training.loop import train
 from tests.test_distributed import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

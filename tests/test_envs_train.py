@@ -10,7 +10,7 @@ import pytest
 
 from pettingllms_cli.envs import ENVS
 from pettingllms_cli.spec import load_spec, parse_spec
-from pettingllms_cli.train import train
+from pettingllms_cli.training.loop import train
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 slow = pytest.mark.slow  # ~25-50 s each on 2 busy cores; CI runs them, the default quick run keeps two

@@ -20,7 +20,7 @@ def run_dir(tmp_path_factory) -> Path:
     from rich.console import Console
 
     from pettingllms_cli.spec import load_spec
-    from pettingllms_cli.train import train
+    from pettingllms_cli.training.loop import train
 
     run = tmp_path_factory.mktemp("eval") / "run"
     # The smoke spec, smaller: fewer problems and tokens keep every eval in this file to seconds.

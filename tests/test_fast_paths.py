@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pettingllms_cli.policy import Team, group_logprobs, pad_right
+from pettingllms_cli.policy.adapters import Team, group_logprobs, pad_right
 
 
 def make_team(specialization: str = "per_agent") -> Team:
@@ -126,7 +126,7 @@ def test_mixed_adapter_sampling_equals_per_agent_calls(specialization, greedy, t
 def test_mixed_adapter_logprobs_equal_per_agent_forwards(team, one_thread):
     from types import SimpleNamespace
 
-    from pettingllms_cli.evaluate import action_logprobs
+    from pettingllms_cli.analysis.evaluate import action_logprobs
 
     torch.manual_seed(2)
     samples = [
@@ -184,7 +184,7 @@ PREFIXED_PROMPTS = [PREAMBLE + [5, 6, 7], PREAMBLE + [12], PREAMBLE + [20, 21, 2
 
 def test_shared_prefix_sampling_equals_plain_generate(team, one_thread):
     """The preamble prefilled once and the own tokens on top of its cache give plain generate's greedy tokens."""
-    from pettingllms_cli.decoding import shared_prefix_length
+    from pettingllms_cli.policy.decoding import shared_prefix_length
 
     assert shared_prefix_length(PREFIXED_PROMPTS) == len(PREAMBLE)
     got = team.sample("caller", PREFIXED_PROMPTS, k=2, max_new_tokens=6, temperature=1.0, greedy=True)
@@ -238,7 +238,7 @@ def test_unseeded_sampling_draws_as_generate(team, one_thread):
 
 def test_recorded_logprobs_equal_a_forward(team, one_thread):
     """The log-probs recorded while sampling are what a separate forward over prompt + completion gives."""
-    from pettingllms_cli.policy import logprob_key
+    from pettingllms_cli.policy.adapters import logprob_key
 
     with team.recording_logprobs() as recorded:
         got = team.sample_mixed(["caller", "verifier", "caller"], PREFIXED_PROMPTS[:3], 2, 6, 1.0, seeds=[1, 2, 3])

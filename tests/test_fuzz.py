@@ -128,7 +128,7 @@ def no_weights(*args: object, **kwargs: object) -> None:
 
 
 def check(content: bytes) -> None:
-    with tempfile.TemporaryDirectory() as tmp, mock.patch("pettingllms_cli.train.Team", no_weights):
+    with tempfile.TemporaryDirectory() as tmp, mock.patch("pettingllms_cli.training.loop.Team", no_weights):
         spec = Path(tmp) / "exp.yaml"
         spec.write_bytes(content)
         code, err = run_cli("validate", str(spec))
@@ -142,7 +142,7 @@ def check(content: bytes) -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def _imported() -> None:
-    import pettingllms_cli.train  # noqa: F401  (import once, outside hypothesis' timing)
+    import pettingllms_cli.training.loop  # noqa: F401  (import once, outside hypothesis' timing)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -166,7 +166,7 @@ def test_broken_yaml_is_one_line_error(content: bytes) -> None:
     value=st.text(max_size=15),
 )
 def test_set_override_is_valid_or_one_line_error(key: str, value: str) -> None:
-    with tempfile.TemporaryDirectory() as tmp, mock.patch("pettingllms_cli.train.Team", no_weights):
+    with tempfile.TemporaryDirectory() as tmp, mock.patch("pettingllms_cli.training.loop.Team", no_weights):
         code, err = run_cli("validate", str(ROOT / "experiments" / "smoke.yaml"), "--set", f"{key}={value}")
         if code == 0:
             return
@@ -187,7 +187,7 @@ def test_set_override_is_valid_or_one_line_error(key: str, value: str) -> None:
     ],
 )
 def test_bad_train_options_are_one_line_errors(args: list[str], tmp_path: Path) -> None:
-    with mock.patch("pettingllms_cli.train.Team", no_weights):
+    with mock.patch("pettingllms_cli.training.loop.Team", no_weights):
         code, err = run_cli("train", str(ROOT / "experiments" / "smoke.yaml"), "--out", str(tmp_path / "run"), *args)
     assert_one_line_error(code, err, " ".join(args))
     assert not (tmp_path / "run").exists()

@@ -13,13 +13,13 @@ import torch
 from rich.console import Console
 from safetensors.torch import load_file
 
-import pettingllms_cli.update as update_mod
+import pettingllms_cli.algorithms.update as update_mod
+from pettingllms_cli.algorithms.update import update
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.policy import Team
-from pettingllms_cli.rollout import Sample
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.rollout.tree import Sample
 from pettingllms_cli.spec import load_spec
-from pettingllms_cli.train import train
-from pettingllms_cli.update import update
+from pettingllms_cli.training.loop import train
 from tests.conftest import FAST
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +33,7 @@ def fast_spec(*extra: str):
 
 
 def run(spec, run_dir: Path) -> Path:
-    with mock.patch("pettingllms_cli.train.write_report"):
+    with mock.patch("pettingllms_cli.training.loop.write_report"):
         return train(spec, run_dir, console=Console(quiet=True))
 
 
@@ -103,7 +103,7 @@ def test_nan_loss_skips_counts_and_stops_after_max_in_a_row(tmp_path: Path) -> N
 def test_unwritable_output_folder_fails_before_loading_weights(tmp_path: Path) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    with mock.patch("pettingllms_cli.train.Team", side_effect=AssertionError("weights loaded")):
+    with mock.patch("pettingllms_cli.training.loop.Team", side_effect=AssertionError("weights loaded")):
         with pytest.raises(UserError, match="cannot write the run directory"):
             run(fast_spec(), blocker / "run")
 
@@ -112,14 +112,17 @@ def test_full_disk_at_the_probe_fails_before_loading_weights(tmp_path: Path) -> 
     def no_space(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    with mock.patch("pettingllms_cli.train.Team", side_effect=AssertionError("weights loaded")), mock.patch("os.fsync", no_space):
+    with (
+        mock.patch("pettingllms_cli.training.loop.Team", side_effect=AssertionError("weights loaded")),
+        mock.patch("os.fsync", no_space),
+    ):
         with pytest.raises(UserError, match="No space left on device"):
             run(fast_spec(), tmp_path / "run")
     assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".write-probe")]
 
 
 def test_too_little_disk_space_for_the_checkpoints_fails_before_training(tmp_path: Path) -> None:
-    with mock.patch("pettingllms_cli.rundir.shutil.disk_usage", return_value=mock.Mock(free=4096)):
+    with mock.patch("pettingllms_cli.training.rundir.shutil.disk_usage", return_value=mock.Mock(free=4096)):
         with pytest.raises(UserError, match=r"MiB free.*checkpoint"):
             run(fast_spec(), tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "eval_before.json").exists()
@@ -133,7 +136,7 @@ def test_failing_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_save(obj, path, *args, **kwargs)
 
-    with mock.patch("pettingllms_cli.checkpoint.torch.save", disk_full_at_step_2), pytest.raises(UserError) as err:
+    with mock.patch("pettingllms_cli.training.checkpoint.torch.save", disk_full_at_step_2), pytest.raises(UserError) as err:
         run(fast_spec("train.steps=3"), tmp_path / "run")
     message = str(err.value)
     assert "step_2" in message and "No space left on device" in message and "step_1 is intact" in message

@@ -12,12 +12,12 @@ import hashlib
 
 import torch
 
+from pettingllms_cli.algorithms.update import AgentStats
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
-from pettingllms_cli.rollout import on_policy_episodes, tree_rollout
+from pettingllms_cli.rollout.tree import on_policy_episodes, tree_rollout
 from pettingllms_cli.spec import parse_spec
-from pettingllms_cli.train import step_metrics
-from pettingllms_cli.update import AgentStats
+from pettingllms_cli.training.loop import step_metrics
 
 PROBLEM = Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"})
 WRONG, RIGHT, BROKEN = '1+1"}}</tool_call>', '12+7"}}</tool_call>', "oops"
@@ -91,7 +91,7 @@ def test_parallel_rollouts_have_no_best_branch_key(smoke_tree):
     tree = copy.deepcopy(smoke_tree)
     tree["algorithm"]["rollout"] = "parallel"
     s = parse_spec(tree)
-    from pettingllms_cli.rollout import Rollout
+    from pettingllms_cli.rollout.tree import Rollout
 
     assert "best_branch_success_rate" not in metrics_of(s, Rollout())
 

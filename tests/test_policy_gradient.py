@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from pettingllms_cli import update as update_module
-from pettingllms_cli.policy import Team, group_logprobs
-from pettingllms_cli.rollout import Sample
-from pettingllms_cli.sampling import GumbelSampler
-from pettingllms_cli.update import update
+from pettingllms_cli.algorithms import update as update_module
+from pettingllms_cli.algorithms.update import update
+from pettingllms_cli.policy.adapters import Team, group_logprobs
+from pettingllms_cli.policy.sampling import GumbelSampler
+from pettingllms_cli.rollout.tree import Sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pettingllms_cli.report import write_report
+from pettingllms_cli.analysis.report import write_report
 from tests.conftest import run_cli
 
 VOID = {"meta", "img", "br", "hr", "link", "input"}

@@ -42,9 +42,9 @@ def fast_spec(*extra: str):
 def train_in_process(run_dir: Path, *extra: str, resume: bool = False, force: bool = False) -> Path:
     from rich.console import Console
 
-    from pettingllms_cli.train import train
+    from pettingllms_cli.training.loop import train
 
-    with mock.patch("pettingllms_cli.train.write_report"):  # plots take seconds and are not under test here
+    with mock.patch("pettingllms_cli.training.loop.write_report"):  # plots take seconds and are not under test here
         return train(fast_spec(*extra), run_dir, resume=resume, force=force, console=Console(quiet=True))
 
 
@@ -70,7 +70,7 @@ def run_cli_in_process(args: list[str]) -> tuple[int, str]:
     from pettingllms_cli.cli import main
 
     err = io.StringIO()
-    with mock.patch.object(sys, "argv", ["pettingllms", *args]), mock.patch("pettingllms_cli.train.write_report"):
+    with mock.patch.object(sys, "argv", ["pettingllms", *args]), mock.patch("pettingllms_cli.training.loop.write_report"):
         with redirect_stdout(io.StringIO()), redirect_stderr(err):
             try:
                 main()
@@ -80,7 +80,7 @@ def run_cli_in_process(args: list[str]) -> tuple[int, str]:
 
 
 def metrics(run_dir: Path) -> list[dict]:
-    from pettingllms_cli.train import WALL_CLOCK_KEYS
+    from pettingllms_cli.training.loop import WALL_CLOCK_KEYS
 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS} for row in rows]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from pettingllms_cli.distill import best_trajectories, encode_pair
+from pettingllms_cli.algorithms.distill import best_trajectories, encode_pair
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.code import CODE_PREFIX, CodeEnv, mutants
 from pettingllms_cli.envs.math_tool import CALL_PREFIX, MathToolEnv
-from pettingllms_cli.rollout import Sample
+from pettingllms_cli.rollout.tree import Sample
 
 ADD_ONE = Problem(
     "add_one",
@@ -89,7 +89,7 @@ def test_distillation_keeps_only_untruncated_samples_that_led_to_success():
 
 
 def test_a_truncated_sample_gets_no_eos(smoke_spec):
-    from pettingllms_cli.policy import Team
+    from pettingllms_cli.policy.adapters import Team
 
     team = Team(smoke_spec)
     eos = team.tokenizer_of("caller").eos_token_id

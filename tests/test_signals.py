@@ -16,9 +16,9 @@ from unittest import mock
 import pytest
 from rich.console import Console
 
-import pettingllms_cli.train as train_mod
-from pettingllms_cli.graceful import GracefulStop
+import pettingllms_cli.training.loop as train_mod
 from pettingllms_cli.spec import load_spec
+from pettingllms_cli.training.graceful import GracefulStop
 from tests.conftest import FAST
 
 ROOT = Path(__file__).resolve().parents[1]

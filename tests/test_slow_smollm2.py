@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from pettingllms_cli.spec import load_spec
-from pettingllms_cli.train import train
+from pettingllms_cli.training.loop import train
 from tests.conftest import EXPERIMENTS
 
 pytestmark = pytest.mark.slow

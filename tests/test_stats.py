@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from pettingllms_cli.compare import ratios, success_interval
-from pettingllms_cli.stats import convergence_step, mean_interval, moving_average, ratio, t_quantile, wilson_interval
+from pettingllms_cli.analysis.stats import convergence_step, mean_interval, moving_average, ratio, t_quantile, wilson_interval
+from pettingllms_cli.training.compare import ratios, success_interval
 
 
 def test_wilson_matches_hand_computation():
@@ -92,7 +92,7 @@ def test_factors_have_intervals_over_paired_seeds():
 
 
 def test_factor_interval_by_hand():
-    from pettingllms_cli.stats import factor_interval
+    from pettingllms_cli.analysis.stats import factor_interval
 
     f = factor_interval([0.9, 0.8, 0.7], [0.3, 0.4, 0.35])  # per seed 3.0, 2.0, 2.0
     per_seed_mean, sd = 7 / 3, math.sqrt(((3 - 7 / 3) ** 2 + 2 * (2 - 7 / 3) ** 2) / 2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pettingllms_cli.envs.base import Problem
-from pettingllms_cli.train import problems_for_step
+from pettingllms_cli.training.loop import problems_for_step
 
 
 @pytest.mark.parametrize(("size", "n"), [(10, 4), (7, 3), (5, 4), (6, 6), (3, 5)])

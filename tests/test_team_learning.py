@@ -7,16 +7,16 @@ import copy
 import pytest
 import torch
 
-from pettingllms_cli.algorithms import group_advantages
+from pettingllms_cli.algorithms.grpo import group_advantages
+from pettingllms_cli.algorithms.update import update
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.models.tiny import tiny_model
-from pettingllms_cli.policy import Team
-from pettingllms_cli.roles import RoleAssigner, rotation
-from pettingllms_cli.rollout import Sample, parallel_rollout, tree_rollout
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.rollout.roles import RoleAssigner, rotation
+from pettingllms_cli.rollout.tree import Sample, parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
-from pettingllms_cli.update import update
 from tests.conftest import run_cli
 from tests.scripted import ScriptedTeam as Scripted
 
@@ -198,7 +198,7 @@ def test_separate_gives_each_agent_its_own_base(smoke_tree):
 
 
 def test_distillation_lowers_the_targets_nll_on_the_sources_trajectories(smoke_tree):
-    from pettingllms_cli.distill import distill, nll
+    from pettingllms_cli.algorithms.distill import distill, nll
 
     spec = parse_spec(_hetero_tree(smoke_tree))
     team = Team(spec)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from pettingllms_cli.spec import load_spec
-from pettingllms_cli.train import train
+from pettingllms_cli.training.loop import train
 from tests.conftest import EXPERIMENTS
 
 pytestmark = pytest.mark.slow

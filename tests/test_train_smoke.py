@@ -11,9 +11,9 @@ from peft import PeftModel
 from safetensors.torch import load_file
 
 from pettingllms_cli.models.loader import load_model
-from pettingllms_cli.policy import Team
+from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.spec import parse_spec
-from pettingllms_cli.train import train
+from pettingllms_cli.training.loop import train
 
 DESIGN_KEYS = ["step", "team_success_rate", "mean_attempts_to_success", "tokens_generated", "tokens_per_second", "seconds"]
 PER_AGENT = ["reward", "loss", "kl", "entropy", "zero_std_frac"]

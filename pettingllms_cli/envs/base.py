@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pettingllms_cli import coordination
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.rollout import coordination
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 

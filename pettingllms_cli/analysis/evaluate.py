@@ -16,13 +16,13 @@ from pathlib import Path
 import torch
 
 from pettingllms_cli import distributed
+from pettingllms_cli.analysis.stats import wilson_interval
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
 from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.policy import Team, logprob_key
-from pettingllms_cli.rollout import Sample, tree_rollout
+from pettingllms_cli.policy.adapters import Team, logprob_key
+from pettingllms_cli.rollout.tree import Sample, tree_rollout
 from pettingllms_cli.spec import Experiment
-from pettingllms_cli.stats import wilson_interval
 
 _TMP_RE = re.compile(r"^step_\d+\.tmp-\d+$")  # a checkpoint write that never finished
 
@@ -203,8 +203,8 @@ class Target:
 
 def resolve_target(path: Path) -> Target:
     """A spec file, a run directory (its newest complete checkpoint) or one checkpoint folder."""
-    from pettingllms_cli.checkpoint import STATE_FILE, complete_checkpoints
     from pettingllms_cli.spec import load_spec
+    from pettingllms_cli.training.checkpoint import STATE_FILE, complete_checkpoints
 
     if path.is_file():
         return Target(load_spec(path), None, "spec")
@@ -237,7 +237,7 @@ def resolve_target(path: Path) -> Target:
 def _check_adapters(spec: Experiment, folder: Path) -> Path:
     """Fail before any weight loads when the checkpoint cannot serve the spec: agents named otherwise, an
     adapter file missing or damaged, or a spec.yaml edited since (another LoRA rank or model)."""
-    from pettingllms_cli.checkpoint import adapter_problem, check_agent_names, weights_spec_changes
+    from pettingllms_cli.training.checkpoint import adapter_problem, check_agent_names, weights_spec_changes
 
     check_agent_names(folder, sorted(spec.agents))
     problem = adapter_problem(folder, sorted(spec.agents))
@@ -253,7 +253,7 @@ def _check_adapters(spec: Experiment, folder: Path) -> Path:
 
 
 def _looks_like_checkpoint(path: Path) -> bool:
-    from pettingllms_cli.checkpoint import STATE_FILE
+    from pettingllms_cli.training.checkpoint import STATE_FILE
 
     return (path / STATE_FILE).is_file() or path.name.startswith("step_") or path.parent.name == "checkpoints"
 
@@ -272,7 +272,7 @@ def run_eval(
     temperature: float | None = None,
 ) -> dict:
     """Resolve, load and score TARGET; the result adds what was scored to `evaluate`'s dict."""
-    from pettingllms_cli.checkpoint import load_adapters, read_state
+    from pettingllms_cli.training.checkpoint import load_adapters, read_state
 
     resolved = resolve_target(target)
     spec = resolved.spec

@@ -17,10 +17,11 @@ import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase
 
-from pettingllms_cli import decoding, distributed
+from pettingllms_cli import distributed
 from pettingllms_cli.envs.base import Message
 from pettingllms_cli.models.loader import load_model
-from pettingllms_cli.roles import RoleAssigner
+from pettingllms_cli.policy import decoding
+from pettingllms_cli.rollout.roles import RoleAssigner
 from pettingllms_cli.spec import Experiment, LoraSpec, ModelSpec
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicLayer
 
-from pettingllms_cli.sampling import GumbelSampler
+from pettingllms_cli.policy.sampling import GumbelSampler
 
 MIN_SHARED_PREFIX = 8  # below this, a separate prefix forward costs more than it saves
 

@@ -22,7 +22,7 @@ import yaml
 
 from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.policy import Team
+from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.spec import Experiment, dump_spec
 
 # Spec fields that change no step's computation: --resume accepts new values for them without --force.
@@ -218,7 +218,7 @@ def check_disk_space(team: Team, spec: Experiment, run_dir: Path) -> None:
     The size of one is measured by writing one (adapters, AdamW moments, RNG) to a scratch folder;
     on resume, the checkpoints already on disk are counted out (they already use their space).
     """
-    from pettingllms_cli.checkpoint import complete_checkpoints, measure_checkpoint
+    from pettingllms_cli.training.checkpoint import complete_checkpoints, measure_checkpoint
 
     done = max((step for step, _ in complete_checkpoints(run_dir)), default=0)
     saves = saves_left(done, spec.train.steps, spec.train.checkpoint_every)

@@ -25,7 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.policy import Team
+from pettingllms_cli.policy.adapters import Team
 
 STATE_FILE = "trainer_state.pt"
 ADAPTER_FILE = "adapter_model.safetensors"
@@ -267,7 +267,7 @@ WEIGHT_FIELDS = re.compile(r"^(models\.[^.]+\.source|agents\.[^.]+\.(model|lora\
 
 def weights_spec_changes(spec_now: dict, folder: Path) -> list[str]:
     """`key: old -> new` for each field that shapes the adapters and differs from the spec `folder` was trained with."""
-    from pettingllms_cli.rundir import spec_changes
+    from pettingllms_cli.training.rundir import spec_changes
 
     saved = read_state(folder).get("spec")
     if not isinstance(saved, dict):

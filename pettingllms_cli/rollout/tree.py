@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pettingllms_cli import coordination
-from pettingllms_cli.credit import NOOP, combine, local_term, plays_on
 from pettingllms_cli.envs.base import Message, StepResult, TurnEnv
-from pettingllms_cli.policy import Team
-from pettingllms_cli.roles import Assignment
-from pettingllms_cli.sampling import base_seed, row_seed
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.policy.sampling import base_seed, row_seed
+from pettingllms_cli.rollout import coordination
+from pettingllms_cli.rollout.credit import NOOP, combine, local_term, plays_on
+from pettingllms_cli.rollout.roles import Assignment
 from pettingllms_cli.spec import Experiment
 
 

@@ -40,8 +40,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pettingllms_cli import distributed
-from pettingllms_cli.algorithms import group_advantages, zero_std_groups
-from pettingllms_cli.checkpoint import (
+from pettingllms_cli.algorithms.distill import distill
+from pettingllms_cli.algorithms.grpo import group_advantages, zero_std_groups
+from pettingllms_cli.algorithms.update import AgentStats, update
+from pettingllms_cli.analysis.evaluate import episode_metrics, evaluate, make_envs
+from pettingllms_cli.analysis.report import write_report
+from pettingllms_cli.envs import Problem
+from pettingllms_cli.envs.loading import load_split
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.rollout.tree import Rollout, Sample, on_policy_episodes, parallel_rollout, tree_rollout
+from pettingllms_cli.spec import Experiment
+from pettingllms_cli.training.checkpoint import (
     STATE_FILE,
     latest_checkpoint,
     load_checkpoint,
@@ -49,16 +59,9 @@ from pettingllms_cli.checkpoint import (
     save_checkpoint,
     usable_checkpoint,
 )
-from pettingllms_cli.distill import distill
-from pettingllms_cli.envs import Problem
-from pettingllms_cli.envs.loading import load_split
-from pettingllms_cli.errors import UserError
-from pettingllms_cli.evaluate import episode_metrics, evaluate, make_envs
-from pettingllms_cli.graceful import GracefulStop, StopNow
-from pettingllms_cli.policy import Team
-from pettingllms_cli.report import write_report
-from pettingllms_cli.rollout import Rollout, Sample, on_policy_episodes, parallel_rollout, tree_rollout
-from pettingllms_cli.rundir import (
+from pettingllms_cli.training.graceful import GracefulStop, StopNow
+from pettingllms_cli.training.metrics import team_metrics
+from pettingllms_cli.training.rundir import (
     append_jsonl,
     check_disk_space,
     prepare_run_dir,
@@ -69,9 +72,6 @@ from pettingllms_cli.rundir import (
     write_spec,
     writer_lock,
 )
-from pettingllms_cli.spec import Experiment
-from pettingllms_cli.teamlog import team_metrics
-from pettingllms_cli.update import AgentStats, update
 
 WALL_CLOCK_KEYS = (  # vary run to run
     "seconds",

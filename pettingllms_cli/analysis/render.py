@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.table import Table
 
 from pettingllms_cli import distributed
-from pettingllms_cli.plots import fmt, html_images, html_page, html_table, line_plot, md_table
+from pettingllms_cli.analysis.plots import fmt, html_images, html_page, html_table, line_plot, md_table
 
 ROW_HEADERS = [
     "spec",

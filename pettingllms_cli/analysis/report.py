@@ -11,8 +11,8 @@ import html
 import json
 from pathlib import Path
 
+from pettingllms_cli.analysis.plots import Series, html_images, html_page, html_table, line_plot, md_table, write_files
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.plots import Series, html_images, html_page, html_table, line_plot, md_table, write_files
 
 PLOTS = {  # file stem -> (metric prefix or key, title, y label)
     "team_success": ("team_success_rate", "Team success: held-out (greedy) and training (sampled)", "success rate"),

@@ -18,8 +18,8 @@ import math
 import torch
 
 from pettingllms_cli import distributed
-from pettingllms_cli.policy import Team, group_logprobs
-from pettingllms_cli.rollout import Sample
+from pettingllms_cli.policy.adapters import Team, group_logprobs
+from pettingllms_cli.rollout.tree import Sample
 
 
 def is_truncated(completion: torch.Tensor, eos: int | None, max_new_tokens: int) -> bool:

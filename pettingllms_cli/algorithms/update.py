@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import torch
 
 from pettingllms_cli import distributed
-from pettingllms_cli.algorithms import k3_kl, masked_sum, ppo_clip_loss
+from pettingllms_cli.algorithms.grpo import k3_kl, masked_sum, ppo_clip_loss
 from pettingllms_cli.memory import release_freed_memory
-from pettingllms_cli.policy import Team, group_logprobs, pad_right
-from pettingllms_cli.rollout import Sample
+from pettingllms_cli.policy.adapters import Team, group_logprobs, pad_right
+from pettingllms_cli.rollout.tree import Sample
 
 
 @dataclass

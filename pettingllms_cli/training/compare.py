@@ -22,12 +22,12 @@ import yaml
 from rich.console import Console
 
 from pettingllms_cli import distributed
-from pettingllms_cli.budget import budget_overrides, check_equal_arms, describe_budget, roles_of
-from pettingllms_cli.compare_report import console_table, ratios_table, verdict, write_outputs
+from pettingllms_cli.analysis.budget import budget_overrides, check_equal_arms, describe_budget, roles_of
+from pettingllms_cli.analysis.render import console_table, ratios_table, verdict, write_outputs
+from pettingllms_cli.analysis.stats import convergence_step, factor_interval, mean_interval, ratio, wilson_interval
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.spec import Experiment, load_spec
-from pettingllms_cli.stats import convergence_step, factor_interval, mean_interval, ratio, wilson_interval
 
 CACHE_VERSION = "2"  # bump when what a cached score means changes (2: attempts over solved episodes, learned roles)
 
@@ -63,8 +63,8 @@ def seeded(path: Path, seed: int, max_steps: int | None, budget: list[str] | tup
 # --- one run: train or reuse, then score ------------------------------------------------------------
 def run_state(spec: Experiment, run_dir: Path) -> str:
     """`done` (reuse), `partial` (resume), `stale` (replace) or `new`."""
-    from pettingllms_cli.checkpoint import complete_checkpoints
-    from pettingllms_cli.rundir import holds_run
+    from pettingllms_cli.training.checkpoint import complete_checkpoints
+    from pettingllms_cli.training.rundir import holds_run
 
     spec_file = run_dir / "spec.yaml"
     if not spec_file.is_file():
@@ -80,7 +80,7 @@ def run_state(spec: Experiment, run_dir: Path) -> str:
 
 def ensure_run(spec: Experiment, run_dir: Path, console: Console) -> str:
     """Train the run unless a finished one with this exact spec exists; returns what happened."""
-    from pettingllms_cli.train import train
+    from pettingllms_cli.training.loop import train
 
     state = distributed.on_main(run_state, spec, run_dir)  # one decision for all ranks: rank 0 may be writing run_dir
     if state == "done":
@@ -110,7 +110,7 @@ def problems_fingerprint(problems: list[Problem]) -> str:
 
 def train_eval(spec: Experiment, run_dir: Path, name: str, problems: list[Problem]) -> dict | None:
     """train's own eval_before/eval_after.json when train scored these very problems (same content) greedily."""
-    from pettingllms_cli.evaluate import eval_problems
+    from pettingllms_cli.analysis.evaluate import eval_problems
 
     path = run_dir / name
     if not path.is_file():
@@ -123,10 +123,10 @@ def train_eval(spec: Experiment, run_dir: Path, name: str, problems: list[Proble
 
 def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     """Held-out scores of the untrained team and of the final checkpoint, cached in compare_eval.json."""
-    from pettingllms_cli.checkpoint import latest_checkpoint, load_adapters, read_state
-    from pettingllms_cli.evaluate import evaluate
-    from pettingllms_cli.policy import Team
-    from pettingllms_cli.rundir import write_json
+    from pettingllms_cli.analysis.evaluate import evaluate
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.training.checkpoint import latest_checkpoint, load_adapters, read_state
+    from pettingllms_cli.training.rundir import write_json
 
     checkpoint = latest_checkpoint(run_dir)
     key = problems_key(problems, checkpoint)
@@ -165,7 +165,7 @@ def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, thre
     Convergence is the first step at which the held-out curve (`heldout_success_rate`, logged every
     `train.eval_every` steps) reaches `threshold` over `window` points; None without that curve.
     """
-    from pettingllms_cli.report import read_metrics
+    from pettingllms_cli.analysis.report import read_metrics
 
     rows = read_metrics(run_dir)
     heldout = [(r["step"], r["heldout_success_rate"]) for r in rows if r.get("heldout_success_rate") is not None]
@@ -319,7 +319,7 @@ def compare(
     data: str | None = None,
 ) -> dict:
     """Train (or reuse) every spec x seed at levelled compute, score all on one held-out set, write the three files."""
-    from pettingllms_cli.rundir import writer_lock
+    from pettingllms_cli.training.rundir import writer_lock
 
     console = console or Console()
     if seeds < 1:
@@ -376,7 +376,7 @@ def compare(
 
 def held_out(base: Experiment, episodes: int | None, data: str | None) -> list[Problem]:
     """The problems every arm is scored on: the first spec's held-out split, or that of `--data FILE` (as `eval --data`)."""
-    from pettingllms_cli.evaluate import eval_problems
+    from pettingllms_cli.analysis.evaluate import eval_problems
 
     if data is not None:
         base = base.model_copy(update={"env": base.env.model_copy(update={"data": data})})

@@ -320,7 +320,7 @@ def model_problem(model: ModelSpec) -> str | None:
     """Why a model spec cannot work, found without loading weights (nf4 needs bitsandbytes; template-less built-ins)."""
     import importlib.util
 
-    from pettingllms_cli.models.loader import BUILTINS
+    from pettingllms_cli.models.builtins import BUILTINS
 
     if model.quantization == "nf4" and importlib.util.find_spec("bitsandbytes") is None:
         return "quantization nf4 needs bitsandbytes: run `pip install bitsandbytes`, or use quantization: none"

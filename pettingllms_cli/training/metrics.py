@@ -8,8 +8,8 @@ import sys
 
 import torch
 
-from pettingllms_cli.policy import Team
-from pettingllms_cli.rollout import Rollout
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.rollout.tree import Rollout
 
 
 def team_metrics(team: Team, rollout: Rollout, distilled: dict[str, float]) -> dict:

@@ -50,8 +50,9 @@ def main() -> None:
     torch.set_num_threads(args.threads or default_threads())
     repeats = args.repeats or (1 if args.quick else 3)
 
-    from pettingllms_cli.analysis.evaluate import evaluate, make_envs
+    from pettingllms_cli.analysis.evaluate import evaluate
     from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.rollout.episodes import make_envs
     from pettingllms_cli.rollout.tree import tree_rollout
     from pettingllms_cli.spec import load_spec
     from pettingllms_cli.training.loop import load_problems

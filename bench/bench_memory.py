@@ -83,7 +83,8 @@ def measure(layout: str, agents: int, quantization: str, k: int) -> dict:
 
     from pettingllms_cli.memory import release_freed_memory, return_large_frees_to_os
     from pettingllms_cli.models.loader import load_model
-    from pettingllms_cli.policy.adapters import group_logprobs, lora_config
+    from pettingllms_cli.policy.adapters import lora_config
+    from pettingllms_cli.policy.logprobs import group_logprobs
     from pettingllms_cli.spec import LoraSpec, ModelSpec
 
     return_large_frees_to_os()  # as the CLI does at start

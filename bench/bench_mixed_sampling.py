@@ -22,8 +22,8 @@ import warnings
 
 import torch
 
-from pettingllms_cli.analysis.evaluate import make_envs
 from pettingllms_cli.envs.math_tool import generate_problems
+from pettingllms_cli.rollout.episodes import make_envs
 from pettingllms_cli.spec import parse_spec
 
 MODEL = "smollm2-135m-instruct"

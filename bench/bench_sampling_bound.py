@@ -92,8 +92,8 @@ def main() -> None:
     torch.set_num_threads(args.threads or default_threads())
     repeats = args.repeats or (2 if args.quick else 5)
 
-    from pettingllms_cli.analysis.evaluate import make_envs
     from pettingllms_cli.envs.math_tool import generate_problems
+    from pettingllms_cli.rollout.episodes import make_envs
 
     team = make_team()
     model = team.model_of("caller")

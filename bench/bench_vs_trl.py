@@ -88,6 +88,7 @@ class Timing:
 # --- pettingllms --------------------------------------------------------------------------------
 def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int]) -> Timing:
     """Team.sample -> reward -> assign_advantages -> update, one prompt x K per step, as train.py does."""
+    from pettingllms_cli.algorithms.optim import make_optimizers
     from pettingllms_cli.algorithms.update import update
     from pettingllms_cli.policy.adapters import Team
     from pettingllms_cli.rollout.tree import Sample
@@ -106,6 +107,7 @@ def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, chec
     )
     torch.manual_seed(SEED)
     team = Team(spec)
+    optimizers = make_optimizers(team)
     if team.encode(AGENT, prompts[0][0]) != check_prompt:
         raise SystemExit("Team.encode and the chat template disagree on the prompt; the bench would not compare the same work")
     timing = Timing("pettingllms", parts={"sample": 0.0, "update": 0.0})
@@ -122,7 +124,7 @@ def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, chec
             samples.append(Sample(AGENT, ROLE, 0, f"p{step}", (f"p{step}", ROLE, 0), prompt, ids, text, r, r, 0.0))
         assign_advantages(spec, samples)
         zero_std += all(s.advantage == 0 for s in samples)
-        update(team, samples)
+        update(team, optimizers, samples)
         ended = time.perf_counter()
         if step >= warmup:
             timing.tokens.append(sum(len(c) for c in completions))

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.jsonio import write_json
 from pettingllms_cli.memory import return_large_frees_to_os
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train teams of LLM agents with multi-agent RL (AT-GRPO).")
@@ -121,8 +122,8 @@ def schema() -> None:
 @models_app.command("list")
 def models_list() -> None:
     """List built-in models and whether they are ready offline."""
-    from pettingllms_cli.models.builtins import BUILTINS, cache_root
     from pettingllms_cli.models.loader import source_problem
+    from pettingllms_cli.spec.builtin_models import BUILTINS, cache_root
 
     table = Table("name", "status", "description")
     for name, b in BUILTINS.items():
@@ -195,7 +196,7 @@ def eval_(
     ] = None,
 ) -> None:
     """Score a run, a checkpoint or an untrained spec on held-out problems."""
-    from pettingllms_cli.analysis.evaluate import resolve_target, run_eval
+    from pettingllms_cli.training.eval_target import resolve_target, run_eval
 
     if temperature is not None and temperature <= 0:
         raise UserError(f"--temperature {temperature}: must be > 0; omit it for greedy decoding")
@@ -207,7 +208,7 @@ def eval_(
         result = run_eval(target, data=data, split=split, episodes=episodes, seed=seed, temperature=temperature)
         console.print(_eval_table(result))
         if out is not None and distributed.is_main():
-            _write_json(out, result)
+            write_json(out, result, then="choose another --out")
             say(f"wrote {out}")
 
 
@@ -224,14 +225,6 @@ def _eval_table(result: dict) -> Table:
     table.add_row("tokens generated", str(result["tokens_generated"]))
     table.add_row("seconds", f"{result['seconds']:.1f}")
     return table
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(obj, indent=2, default=str))
-    except OSError as e:
-        raise UserError(f"{path}: cannot write ({e.strerror}); choose another --out") from None
 
 
 @app.command()

@@ -375,7 +375,6 @@ def test_rescoring_restores_the_learned_role_assignment(spec_files, tmp_path, mo
     import pettingllms_cli.analysis.evaluate as evaluate
     import pettingllms_cli.policy.adapters as policy
     import pettingllms_cli.training.checkpoint as checkpoint
-    from pettingllms_cli.rollout.roles import RoleAssigner
     from pettingllms_cli.spec import load_spec
     from pettingllms_cli.training.compare import score_run
 
@@ -387,10 +386,10 @@ def test_rescoring_restores_the_learned_role_assignment(spec_files, tmp_path, mo
 
     class FakeTeam:
         def __init__(self, spec):
-            self.roles = RoleAssigner(spec)
+            pass
 
     def fake_evaluate(team, spec, problems, **kwargs):
-        played.append(team.roles.best())
+        played.append(kwargs["assignment"])
         return {"team_success_rate": 0.0, "successes": 0, "episodes": len(problems), "per_episode": []}
 
     run = tmp_path / "run"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pettingllms_cli.policy.adapters import Team, group_logprobs, pad_right
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.policy.logprobs import group_logprobs, pad
 
 
 def make_team(specialization: str = "per_agent") -> Team:
@@ -36,7 +37,7 @@ def _batch():
     torch.manual_seed(0)
     prompt = torch.randint(3, 300, (17,))
     completions = [torch.randint(3, 300, (n,)) for n in (5, 3, 7, 1)]
-    return prompt, *pad_right(completions, pad=0)
+    return prompt, *pad(completions, 0)
 
 
 def _loss_and_grads(model, prompt, ids, mask, shared):
@@ -238,7 +239,7 @@ def test_unseeded_sampling_draws_as_generate(team, one_thread):
 
 def test_recorded_logprobs_equal_a_forward(team, one_thread):
     """The log-probs recorded while sampling are what a separate forward over prompt + completion gives."""
-    from pettingllms_cli.policy.adapters import logprob_key
+    from pettingllms_cli.policy.logprobs import logprob_key
 
     with team.recording_logprobs() as recorded:
         got = team.sample_mixed(["caller", "verifier", "caller"], PREFIXED_PROMPTS[:3], 2, 6, 1.0, seeds=[1, 2, 3])

@@ -14,6 +14,7 @@ from rich.console import Console
 from safetensors.torch import load_file
 
 import pettingllms_cli.algorithms.update as update_mod
+from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import update
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
@@ -58,22 +59,23 @@ def test_nan_gradient_skips_only_that_agents_update(smoke_spec) -> None:
         p.register_hook(lambda g: torch.full_like(g, math.nan))
     caller_before, verifier_before = lora_params(team, "caller"), lora_params(team, "verifier")
 
-    stats = update(team, samples_for(team))
+    optimizers = make_optimizers(team)
+    stats = update(team, optimizers, samples_for(team))
 
     assert stats["caller"].skipped and not stats["verifier"].skipped
     assert math.isnan(stats["caller"].grad_norm) and math.isfinite(stats["verifier"].grad_norm)
     assert all(torch.equal(a, b) for a, b in zip(caller_before, lora_params(team, "caller"), strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(verifier_before, lora_params(team, "verifier"), strict=True))
-    assert team.optimizers["caller"].state == {}, "a skipped update must not touch the optimizer state"
+    assert optimizers["caller"].state == {}, "a skipped update must not touch the optimizer state"
     assert all(p.grad is None for p in team.params["caller"])
 
 
 def nan_loss_for(agent: str):
     real = update_mod.batch_loss
 
-    def patched(team, who, batch, st):
-        loss = real(team, who, batch, st)
-        return loss * math.nan if who == agent else loss
+    def patched(team, who, batch, st, old_logp=None):
+        loss, logp = real(team, who, batch, st, old_logp)
+        return (loss * math.nan if who == agent else loss), logp
 
     return patched
 

@@ -58,7 +58,7 @@ def test_wrong_answer_retries_then_truncates():
 
 
 def test_unsolved_and_solved_at_the_last_attempt_differ():
-    from pettingllms_cli.analysis.evaluate import episode_metrics
+    from pettingllms_cli.rollout.episodes import episode_metrics
 
     wrong = CALL_PREFIX + '1+1"}}</tool_call>'
     unsolved, last = _env(layout="single", max_turns=2), _env(layout="single", max_turns=2)

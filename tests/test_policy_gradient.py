@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from pettingllms_cli.algorithms import update as update_module
+from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import update
-from pettingllms_cli.policy.adapters import Team, group_logprobs
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.policy.logprobs import group_logprobs
 from pettingllms_cli.policy.sampling import GumbelSampler
 from pettingllms_cli.rollout.tree import Sample
 
@@ -44,7 +46,7 @@ def test_an_update_raises_positive_and_lowers_negative_advantage_completions(smo
         monkeypatch.setattr(update_module, "group_logprobs", plain)
     before = _logp(team, prompt, samples, shared)
     assert before == pytest.approx(_logp(team, prompt, samples, not shared), abs=1e-4)  # both paths score alike
-    stats = update(team, samples)
+    stats = update(team, make_optimizers(team), samples)
     after = _logp(team, prompt, samples, shared)
     assert after[0] > before[0] + 1e-3  # positive advantage: more likely
     assert after[1] < before[1] - 1e-3  # negative advantage: less likely
@@ -56,9 +58,10 @@ def test_kl_is_zero_at_the_first_step(smoke_spec):
     assert smoke_spec.algorithm.kl_coef > 0
     team = Team(smoke_spec)
     _, samples = _samples(team)
-    stats = update(team, samples)
+    optimizers = make_optimizers(team)
+    stats = update(team, optimizers, samples)
     assert stats["caller"].kl == 0.0
-    second = update(team, samples)  # the first step moved the adapter: now the KL is positive
+    second = update(team, optimizers, samples)  # the first step moved the adapter: now the KL is positive
     assert second["caller"].kl > 0.0
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from pettingllms_cli.algorithms.grpo import group_advantages
+from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import update
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
@@ -150,11 +151,11 @@ def _step(tree: dict, seed: int = 3):
     spec = parse_spec(tree)
     team = Team(spec)
     torch.manual_seed(seed)
-    rollout = tree_rollout(team, spec, _envs(spec), spec.algorithm.group_size, assignment=team.roles.assign(0, 2))
+    rollout = tree_rollout(team, spec, _envs(spec), spec.algorithm.group_size, assignment=RoleAssigner(spec).assign(0, 2))
     adv = group_advantages(torch.tensor([s.reward for s in rollout.samples]), [s.group for s in rollout.samples])
     for s, a in zip(rollout.samples, adv.tolist(), strict=True):
         s.advantage = a
-    stats = update(team, rollout.samples)
+    stats = update(team, make_optimizers(team), rollout.samples)
     actions = sorted((s.problem_id, s.role, s.agent, s.text) for s in rollout.samples)
     return actions, sorted(s.reward for s in rollout.samples), {a: st.loss for a, st in stats.items()}, rollout
 
@@ -164,7 +165,7 @@ def test_shared_and_per_agent_give_identical_step0_losses(smoke_tree):
     _, _, per_agent_losses, rollout = _step(small)
     shared = parse_spec({**small, "specialization": "shared"})
     team = Team(shared)
-    shared_losses = {a: st.loss for a, st in update(team, rollout.samples).items()}
+    shared_losses = {a: st.loss for a, st in update(team, make_optimizers(team), rollout.samples).items()}
     assert per_agent_losses.keys() == shared_losses.keys()
     for agent in per_agent_losses:
         assert shared_losses[agent] == pytest.approx(per_agent_losses[agent], abs=1e-6)
@@ -213,8 +214,9 @@ def test_distillation_lowers_the_targets_nll_on_the_sources_trajectories(smoke_t
     for s in samples:
         s.team_success = True  # distillation imitates only samples after which the team succeeded
     before = nll(team, "verifier", samples)[0].item()
+    optimizers = make_optimizers(team)
     for step in range(3):
-        losses = distill(team, samples, step)
+        losses = distill(team, optimizers, samples, step)
     after = nll(team, "verifier", samples)[0].item()
     assert set(losses) == {"distill_loss/verifier"}
     assert after < before

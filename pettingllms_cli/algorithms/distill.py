@@ -18,7 +18,10 @@ import math
 import torch
 
 from pettingllms_cli import distributed
-from pettingllms_cli.policy.adapters import Team, group_logprobs
+from pettingllms_cli.algorithms.optim import guarded_step
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.policy.logprobs import group_logprobs
+from pettingllms_cli.policy.prompts import generated_part
 from pettingllms_cli.rollout.tree import Sample
 
 
@@ -57,9 +60,8 @@ def best_trajectories(
 def encode_pair(team: Team, agent: str, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
     """(prompt [Lp], completion [1, Lc]) of a sample, in `agent`'s tokenizer; it ends with EOS when the source's did."""
     messages = sample.messages
-    prefill = messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
     tokenizer = team.tokenizer_of(agent)
-    action = sample.text[len(prefill) :] if sample.text.startswith(prefill) else sample.text
+    action = generated_part(messages, sample.text)  # the target is asked to continue the same prefill
     source_eos = team.tokenizer_of(sample.agent).eos_token_id
     ended = len(sample.completion) > 0 and int(sample.completion[-1]) == source_eos
     ids = tokenizer(action, add_special_tokens=False)["input_ids"] + ([tokenizer.eos_token_id] if ended else [])
@@ -79,32 +81,31 @@ def nll(team: Team, agent: str, samples: list[Sample], grad: bool = False) -> tu
     return total, tokens
 
 
-def distill_step(team: Team, target: str, samples: list[Sample], weight: float) -> float:
-    """One optimizer step of the target's adapter on weight x token-mean NLL; returns that NLL (unweighted).
+def distill_step(
+    team: Team, optimizer: torch.optim.Optimizer, target: str, samples: list[Sample], weight: float
+) -> tuple[float, bool]:
+    """One optimizer step of the target's adapter on weight x token-mean NLL; returns that NLL (unweighted) and
+    whether the step was skipped (a non-finite NLL or gradient, algorithms/optim.py).
 
     Under data parallelism every rank holds the same `samples`: each scores its shard, and the
     NLL sums and gradients are added over ranks, so adapters stay identical on every rank.
     """
-    adapter = team.spec.adapter_of(target)
-    optimizer = team.optimizers[adapter]
+    params = team.params[team.spec.adapter_of(target)]
     optimizer.zero_grad(set_to_none=True)
     total, tokens = nll(team, target, distributed.shard(samples), grad=True)
     total_all, tokens_all = distributed.all_reduce_sum([float(total.detach()), tokens]).tolist()
     loss = total_all / max(tokens_all, 1)
-    if math.isfinite(loss):
-        if total.requires_grad:  # a rank whose shard is empty adds zeros in the all-reduce
-            (weight * total / max(tokens_all, 1)).backward()
-        distributed.all_reduce_grads(team.params[adapter])
-        norm = torch.nn.utils.clip_grad_norm_(team.params[adapter], team.spec.algorithm.max_grad_norm)
-        if math.isfinite(float(norm)):
-            optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return loss
+    finite = math.isfinite(loss)
+    if finite and total.requires_grad:  # a rank whose shard is empty adds zeros in the all-reduce
+        (weight * total / max(tokens_all, 1)).backward()
+    norm = guarded_step(optimizer, params, team.spec.algorithm.max_grad_norm, finite)
+    return loss, not math.isfinite(norm)
 
 
-def distill(team: Team, samples: list[Sample], step: int) -> dict[str, float]:
-    """Run the spec's distillations due after step `step` (0-based); returns `distill_loss/<target>`."""
-    losses: dict[str, float] = {}
+def distill(team: Team, optimizers: dict[str, torch.optim.Optimizer], samples: list[Sample], step: int) -> dict[str, float]:
+    """Run the spec's distillations due after step `step` (0-based); returns `distill_loss/<target>` and, for a
+    step skipped because it was not finite, `distill_skipped/<target>` (1 per skipped step)."""
+    out: dict[str, float] = {}
     for d in team.spec.distill:
         if (step + 1) % d.every:
             continue
@@ -114,5 +115,8 @@ def distill(team: Team, samples: list[Sample], step: int) -> dict[str, float]:
         best = best_trajectories(samples, d.source, d.top_k, cut, d.require_success)
         for target in sorted(d.targets):
             if best:
-                losses[f"distill_loss/{target}"] = distill_step(team, target, best, d.weight)
-    return losses
+                optimizer = optimizers[team.spec.adapter_of(target)]
+                out[f"distill_loss/{target}"], skipped = distill_step(team, optimizer, target, best, d.weight)
+                if skipped:
+                    out[f"distill_skipped/{target}"] = out.get(f"distill_skipped/{target}", 0) + 1
+    return out

@@ -7,8 +7,12 @@ by the adapter's total completion tokens before backward, so accumulation equals
 Under data parallelism (distributed.py) that total counts every rank's tokens and the gradients
 are summed over ranks before clipping, so every rank steps with the 1-process gradient.
 
-Guard: a non-finite loss (before its backward) or a non-finite gradient norm skips that
-adapter's optimizer step for this step; its agents get `skipped = True` and their weights and
+With `algorithm.update_epochs` > 1 the step makes that many passes, each with its own optimizer
+step, and the PPO ratio is taken against the sampling policy's log-probs (stored in the first
+pass), so `clip_eps` binds and `clip_frac` is non-zero (docs/design.md, "The update").
+
+Guard (algorithms/optim.py): a non-finite loss (before its backward) or a non-finite gradient
+norm skips that adapter's optimizer step for this pass; its agents get `skipped = True` and their weights and
 optimizer state stay as they were.
 """
 
@@ -22,8 +26,10 @@ import torch
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.grpo import k3_kl, masked_sum, ppo_clip_loss
+from pettingllms_cli.algorithms.optim import guarded_step
 from pettingllms_cli.memory import release_freed_memory
-from pettingllms_cli.policy.adapters import Team, group_logprobs, pad_right
+from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.policy.logprobs import group_logprobs, pad
 from pettingllms_cli.rollout.tree import Sample
 
 
@@ -46,25 +52,40 @@ def _by_prompt(samples: list[Sample]) -> dict[tuple, list[Sample]]:
     return batches
 
 
-def update(team: Team, samples: list[Sample]) -> dict[str, AgentStats]:
-    """Backward over every adapter's samples and step its optimizer; returns stats per agent."""
+def update(team: Team, optimizers: dict[str, torch.optim.Optimizer], samples: list[Sample]) -> dict[str, AgentStats]:
+    """`algorithm.update_epochs` passes over the samples, each a backward and an optimizer step per adapter.
+
+    The PPO ratio is taken against the log-probs of the policy that sampled the batch: the first
+    pass computes them (the adapters have not moved since sampling) and stores them, detached, for
+    the later passes, where the clip binds. Returns stats per agent, averaged over the passes.
+    """
     stats = {agent: AgentStats() for agent in team.spec.agents}
     by_adapter: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
         by_adapter[team.spec.adapter_of(s.agent)].append(s)
-    for adapter in sorted(team.params):  # every adapter on every rank: the gradient all-reduce is collective
-        _update_adapter(team, adapter, by_adapter.get(adapter, []), stats)
+    passes = team.spec.algorithm.update_epochs
+    sampled: dict[tuple, torch.Tensor] | None = {} if passes > 1 else None  # (agent, prompt) -> old log-probs [K, Lc]
+    for epoch in range(passes):
+        for adapter in sorted(team.params):  # every adapter on every rank: the gradient all-reduce is collective
+            _update_adapter(team, optimizers[adapter], adapter, by_adapter.get(adapter, []), stats, sampled, epoch == 0)
     _sum_over_ranks(stats)
     for st in stats.values():
-        n = max(st.tokens, 1)
+        n = max(st.tokens, 1) * passes  # the sums cover every pass
         st.loss, st.kl, st.entropy, st.clip_frac = (st._sums[k] / n for k in ("loss", "kl", "entropy", "clip"))
     return stats
 
 
-def _update_adapter(team: Team, adapter: str, own: list[Sample], stats: dict[str, AgentStats]) -> None:
+def _update_adapter(
+    team: Team,
+    optimizer: torch.optim.Optimizer,
+    adapter: str,
+    own: list[Sample],
+    stats: dict[str, AgentStats],
+    sampled: dict[tuple, torch.Tensor] | None,
+    first: bool,
+) -> None:
     """Accumulate the adapter's gradient group by group, then clip and step unless it is non-finite."""
     algo = team.spec.algorithm
-    optimizer = team.optimizers[adapter]
     agents = sorted(a for a in team.spec.agents if team.spec.adapter_of(a) == adapter)
     counts = [len(own), sum(len(s.completion) for s in own), *(any(s.agent == a for s in own) for a in agents)]
     n_samples, total_tokens, *present = (int(x) for x in distributed.all_reduce_sum(counts))  # over all ranks
@@ -72,25 +93,23 @@ def _update_adapter(team: Team, adapter: str, own: list[Sample], stats: dict[str
         return  # no rank has samples for this adapter
     optimizer.zero_grad(set_to_none=True)
     finite = True
-    for (agent, _), batch in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0].group):
-        st = stats[agent]
-        st.tokens += sum(len(s.completion) for s in batch)
+    for key, batch in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0].group):
+        st = stats[key[0]]
+        if first:
+            st.tokens += sum(len(s.completion) for s in batch)  # tokens trained on, counted once however many passes
         if algo.kl_coef == 0 and all(s.advantage == 0 for s in batch):
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
-        loss = batch_loss(team, agent, batch, st) / total_tokens
+        loss, logp = batch_loss(team, key[0], batch, st, None if sampled is None else sampled.get(key))
+        if sampled is not None and key not in sampled:
+            sampled[key] = logp  # the sampling policy's log-probs, for the later passes
+        loss = loss / total_tokens
         finite = finite and bool(torch.isfinite(loss))
         if finite:
             loss.backward()  # a non-finite loss never reaches the gradients
-    finite = not distributed.any_rank(not finite)  # one rank's non-finite loss skips the step on every rank
-    if finite:
-        distributed.all_reduce_grads(team.params[adapter])  # global token mean: the sum is the 1-process gradient
-    norm = float(torch.nn.utils.clip_grad_norm_(team.params[adapter], algo.max_grad_norm)) if finite else math.nan
-    if math.isfinite(norm):
-        optimizer.step()
+    norm = guarded_step(optimizer, team.params[adapter], algo.max_grad_norm, finite)
     for agent in (a for a, n in zip(agents, present, strict=True) if n):  # agents with samples on any rank
         stats[agent].grad_norm = norm
-        stats[agent].skipped = not math.isfinite(norm)
-    optimizer.zero_grad(set_to_none=True)
+        stats[agent].skipped = stats[agent].skipped or not math.isfinite(norm)  # any pass skipped
     release_freed_memory()  # this adapter's activations: freed, so the next agent does not stack its own on top
 
 
@@ -106,18 +125,24 @@ def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:
         stats[agent]._sums.update(zip(keys, sums, strict=True))
 
 
-def batch_loss(team: Team, agent: str, batch: list[Sample], st: AgentStats) -> torch.Tensor:
-    """Token-summed PPO-clip (+ KL) loss of one prompt's K completions; adds its sums to `st`."""
+def batch_loss(
+    team: Team, agent: str, batch: list[Sample], st: AgentStats, old_logp: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-summed PPO-clip (+ KL) loss of one prompt's K completions, and their log-probs (detached); adds to `st`.
+
+    `old_logp` [K, Lc]: the sampling policy's log-probs; None means this pass runs at the sampling
+    policy (the first pass), so the ratio is 1 and the loss is the plain policy gradient.
+    """
     spec = team.spec
     algo = spec.algorithm
     model = team.activate(agent)
     tokenizer = team.tokenizer_of(agent)
     prompt = torch.tensor(batch[0].prompt)  # [Lp]
-    ids, mask = pad_right([s.completion for s in batch], tokenizer.pad_token_id)  # [K, Lc]
+    ids, mask = pad([s.completion for s in batch], tokenizer.pad_token_id)  # [K, Lc]
     advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32)  # [K]
     mask, advantages = mask.to(model.device), advantages.to(model.device)
     logp, entropy = group_logprobs(model, prompt, ids, spec.train.temperature, shared_prompt=True)
-    old_logp = logp.detach()  # one update per batch: the sampling policy is the current one
+    old_logp = logp.detach() if old_logp is None else old_logp
     per_token, clipped = ppo_clip_loss(logp, old_logp, advantages, algo.clip_eps)
     if algo.kl_coef > 0:
         with torch.no_grad(), model.disable_adapter():
@@ -129,4 +154,4 @@ def batch_loss(team: Team, agent: str, batch: list[Sample], st: AgentStats) -> t
     st._sums["loss"] += float(loss.detach())
     st._sums["entropy"] += float(masked_sum(entropy, mask))
     st._sums["clip"] += float(masked_sum(clipped.float(), mask))
-    return loss
+    return loss, logp.detach()

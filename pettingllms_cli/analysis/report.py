@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pettingllms_cli.analysis.plots import Series, html_images, html_page, html_table, line_plot, md_table, write_files
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.jsonio import read_json
 
 PLOTS = {  # file stem -> (metric prefix or key, title, y label)
     "team_success": ("team_success_rate", "Team success: held-out (greedy) and training (sampled)", "success rate"),
@@ -39,13 +40,10 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return rows
 
 
-def read_json(path: Path) -> dict | None:
+def read_eval(path: Path) -> dict | None:
     """An eval file, or None when it is missing or damaged (the report then leaves its table out)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) and "team_success_rate" in value else None
+    value = read_json(path)
+    return value if value is not None and "team_success_rate" in value else None
 
 
 def quarter_means(rows: list[dict], key: str) -> tuple[float, float]:
@@ -212,7 +210,7 @@ def write_report(run_dir: Path) -> Path:
     """Write report.md, report.html and plots/*.png for a run directory; returns report.md's path."""
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
-    before, after = read_json(run_dir / "eval_before.json"), read_json(run_dir / "eval_after.json")
+    before, after = read_eval(run_dir / "eval_before.json"), read_eval(run_dir / "eval_after.json")
     pngs = run_plots(rows)
     md, body = [f"# Run report: {run_dir.name}", ""], [f"<h1>Run report: {html.escape(run_dir.name)}</h1>"]
     if before and after:

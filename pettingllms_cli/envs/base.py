@@ -1,10 +1,11 @@
-"""The environment contract (DESIGN.md §3): turn-based, multi-role, text actions.
+"""The environment contract (docs/design.md, "The env contract"): turn-based, multi-role, text actions.
 
 `TurnEnv` holds what every env shares: the turn order, rounds, termination, the transcript,
 `copy()` for tree sampling and `state()` for logs. A concrete env implements `observe`,
-`_act` (score one action) and `load_problems`. The optional intent round (coordination.py)
-lives here too: `declare` an intent, `view` an observation with the turn's intents, and each
-action is checked against its role's intent (`intent_agreement`).
+`_act` (score one action) and `load_problems`. The env's side of the optional intent round
+(envs/intents.py; the round itself is rollout/coordination.py) lives here too: `declare` an
+intent, `view` an observation with the turn's intents, and each action is checked against its
+role's intent (`intent_agreement`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pettingllms_cli.envs import intents
+from pettingllms_cli.envs.messages import Message
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.rollout import coordination
-
-Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
 
 
 @dataclass
@@ -130,7 +130,7 @@ class TurnEnv:
 
     def view(self, role: str) -> list[Message]:
         """`observe(role)` with the intents declared this turn (the same as observe when there are none)."""
-        return coordination.view(self.observe(role), self.intents)
+        return intents.view(self.observe(role), self.intents)
 
     def prefill(self, role: str) -> str:
         """The text `observe(role)` puts at the start of the role's answer (its assistant prefill), or ''."""
@@ -140,9 +140,9 @@ class TurnEnv:
     def intent_agrees(self, role: str, intent: str, action: str) -> bool:
         """Does `action` (the generated text, without the env's prefill) do what `intent` said?
 
-        Textual by default (coordination.agrees); envs may override.
+        Textual by default (intents.agrees); envs may override.
         """
-        return coordination.agrees(intent, action)
+        return intents.agrees(intent, action)
 
     @property
     def intent_agreement(self) -> float | None:

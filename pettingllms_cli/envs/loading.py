@@ -7,6 +7,9 @@ any run directory is made or any weight is loaded.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
 from pettingllms_cli.errors import UserError
 
@@ -38,3 +41,10 @@ def read_split(env_cls: type[TurnEnv], data: str, split: str, seed: int, n: int,
     if not problems:
         raise UserError(f"{data}: no {split} problems for {env_cls.name}")
     return problems
+
+
+def problems_fingerprint(problems: list[Problem]) -> str:
+    """The problems' content, hashed: a resume notices data changed under the run, `compare` that its cache is stale
+    (ids repeat across seeds: `test-0` of seed 1 is another question than of seed 0)."""
+    text = json.dumps([[p.id, p.question, str(p.answer)] for p in problems])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

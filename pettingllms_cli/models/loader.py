@@ -31,9 +31,9 @@ from transformers.pytorch_utils import Conv1D
 
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.memory import release_freed_memory
-from pettingllms_cli.models.builtins import BUILTINS, cache_root, package_dir
 from pettingllms_cli.models.tiny import TINY_CONFIGS, tiny_model
 from pettingllms_cli.spec import ModelSpec
+from pettingllms_cli.spec.builtin_models import BUILTINS, cache_root, package_dir
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

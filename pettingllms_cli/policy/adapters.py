@@ -1,5 +1,8 @@
-"""The team's policies: base models in memory, a LoRA adapter per agent (PEFT named adapters),
-batched sampling and completion-only log-probs.
+"""The team's policies: base models in memory, a LoRA adapter per agent (PEFT named adapters), and
+batched sampling through them (`Team` implements the `Sampler` interface the rollout uses).
+
+Prompts are rendered by prompts.py, tokens picked by decoding.py, log-probs in logprobs.py; the
+optimizers and the role assignment belong to the training loop, not here.
 
 `per_agent`: agents on one base share its weights and each has its own named adapter;
 `shared`: one adapter per base plays every role; `separate`: each agent loads its own copy
@@ -13,15 +16,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import PreTrainedTokenizerBase
 
 from pettingllms_cli import distributed
-from pettingllms_cli.envs.base import Message
+from pettingllms_cli.envs.messages import Message
 from pettingllms_cli.models.loader import load_model
-from pettingllms_cli.policy import decoding
-from pettingllms_cli.rollout.roles import RoleAssigner
+from pettingllms_cli.policy import decoding, prompts
+from pettingllms_cli.policy.decoding import cut_at_eos
+from pettingllms_cli.policy.logprobs import logprob_key
 from pettingllms_cli.spec import Experiment, LoraSpec, ModelSpec
 
 
@@ -32,23 +35,18 @@ def lora_config(lora: LoraSpec) -> LoraConfig:
 
 
 class Team:
-    """Bases, adapters and one optimizer per adapter, addressed by agent name."""
+    """Bases and adapters addressed by agent name, and batched sampling through them."""
 
     def __init__(self, spec: Experiment):
         self.spec = spec
         self.models: dict[str, PeftModel] = {}
         self.tokenizers: dict[str, PreTrainedTokenizerBase] = {}
         self.model_specs: dict[str, ModelSpec] = {}
-        self.roles = RoleAssigner(spec)  # who plays which role each episode (its state is checkpointed)
         self.logprob_record: dict[tuple, float] | None = None  # see `recording_logprobs`
         # Agents in sorted order, and adapters seeded alike: results do not depend on YAML order.
         for agent in sorted(spec.agents):
             self._add_adapter(agent)
-        self.params = self._adapter_params()
-        self.optimizers = {
-            adapter: torch.optim.AdamW(params, lr=spec.algorithm.lr, weight_decay=spec.algorithm.weight_decay)
-            for adapter, params in self.params.items()
-        }
+        self.params = self._adapter_params()  # adapter -> its LoRA parameters (what an optimizer steps)
 
     def _add_adapter(self, agent: str) -> None:
         a = self.spec.agents[agent]
@@ -99,19 +97,11 @@ class Team:
                 params[adapter] = [p for n, p in model.named_parameters() if "lora_" in n and f".{adapter}." in n]
         return params
 
-    # --- prompts ------------------------------------------------------------------------------
+    # --- the Sampler interface (policy/sampler.py) ----------------------------------------------
     def encode(self, agent: str, messages: list[Message]) -> list[int]:
-        """Token ids of a conversation; a final assistant message is a prefix the model continues."""
-        tokenizer = self.tokenizer_of(agent)
-        prefill = messages[-1]["role"] == "assistant"
+        """Token ids of a conversation in the agent's base's tokenizer and template (policy/prompts.py)."""
         template = self.spec.models[self.spec.agents[agent].model].prompt_template
-        if template is not None or tokenizer.chat_template is None:
-            text = render_plain(messages, template)
-            return tokenizer(text, add_special_tokens=True)["input_ids"]
-        ids = tokenizer.apply_chat_template(
-            messages, continue_final_message=prefill, add_generation_prompt=not prefill, tokenize=True, return_dict=False
-        )
-        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+        return prompts.encode(self.tokenizer_of(agent), messages, template)
 
     def decode(self, agent: str, ids: torch.Tensor) -> str:
         return self.tokenizer_of(agent).decode(ids, skip_special_tokens=True)
@@ -231,60 +221,3 @@ def place_on_rank_device(model: torch.nn.Module) -> None:
     target = distributed.device()
     if target.type == "cuda" and not getattr(model, "is_loaded_in_4bit", False):
         model.to(target)
-
-
-def logprob_key(adapter: str, prompt: list[int], completion: torch.Tensor) -> tuple:
-    """What identifies a recorded log-prob: the adapter that sampled it and the token ids it scored."""
-    return (adapter, tuple(prompt), tuple(completion.tolist()))
-
-
-def cut_at_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:
-    """Keep tokens up to and including the first EOS."""
-    hits = (ids == eos).nonzero()
-    return ids[: int(hits[0]) + 1].clone() if len(hits) else ids.clone()
-
-
-def render_plain(messages: list[Message], template: str | None) -> str:
-    """A conversation as plain text for bases without a chat template."""
-    lines = [m["content"] if m["role"] == "assistant" else f"{m['role']}: {m['content']}" for m in messages]
-    conversation = "\n".join(lines)
-    return (template or "{conversation}").format(conversation=conversation)
-
-
-def pad_right(seqs: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack variable-length ids into [K, T] with a mask of real tokens."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.float32)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)] = s
-        mask[i, : len(s)] = 1.0
-    return ids, mask
-
-
-def group_logprobs(
-    model: torch.nn.Module, prompt: torch.Tensor, completions: torch.Tensor, temperature: float, shared_prompt: bool = True
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probs (and detached entropies) of K completions of one prompt.
-
-    prompt: [Lp]; completions: [K, Lc] right-padded. Returns ([K, Lc], [K, Lc]).
-    With `shared_prompt`, the prompt is run once and its key/value cache is expanded to the K
-    completions (gradients flow through it); logits are computed only for completion tokens.
-    """
-    k = completions.shape[0]
-    device = next(model.parameters()).device
-    prompt, completions = prompt.to(device), completions.to(device)
-    if shared_prompt:
-        out = model(input_ids=prompt[None], use_cache=True, logits_to_keep=1)
-        cache = out.cache
-        cache.batch_repeat_interleave(k)
-        rest = model(input_ids=completions, cache=cache, use_cache=True).logits  # [K, Lc, V]
-        logits = torch.cat([out.logits[:, -1:].expand(k, -1, -1), rest[:, :-1]], dim=1)
-    else:
-        full = torch.cat([prompt[None].expand(k, -1), completions], dim=1)  # [K, Lp+Lc]
-        logits = model(input_ids=full).logits[:, len(prompt) - 1 : -1]
-    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # [K, Lc, V]
-    logp = logp_all.gather(-1, completions[..., None]).squeeze(-1)
-    with torch.no_grad():
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy

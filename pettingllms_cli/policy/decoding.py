@@ -175,3 +175,9 @@ def gumbel_picker(seeds: list[int], k: int, temperature: float) -> Picker:
 def multinomial_picker(temperature: float) -> Picker:
     """What `generate(do_sample=True, top_k=0, top_p=1)` draws: the global torch RNG, one draw per row."""
     return lambda logits: torch.multinomial(F.softmax(logits / temperature, dim=-1), num_samples=1).squeeze(1)
+
+
+def cut_at_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:
+    """Keep tokens up to and including the first EOS."""
+    hits = (ids == eos).nonzero()
+    return ids[: int(hits[0]) + 1].clone() if len(hits) else ids.clone()

@@ -30,7 +30,8 @@ from safetensors.torch import save_file
 
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.models.loader import resolve
-from pettingllms_cli.policy.adapters import cut_at_eos, logprob_key
+from pettingllms_cli.policy.decoding import cut_at_eos
+from pettingllms_cli.policy.logprobs import logprob_key
 from pettingllms_cli.policy.sampling import row_seed
 from pettingllms_cli.spec.sampler_settings import VllmSettings, lora_rank_for
 

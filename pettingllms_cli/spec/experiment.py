@@ -141,7 +141,20 @@ class AlgorithmSpec(Strict):
         description="`tree`: K branches per (problem, role, turn), continue from the best; `parallel`: K independent episodes.",
     )
     group_size: int = Field(8, description=f"K, samples per group (2 to {MAX_GROUP_SIZE}).")
-    clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon.")
+    clip_eps: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="PPO clip epsilon. It binds only from the second pass over a step's samples (`update_epochs` > 1): "
+        "the first pass runs at the sampling policy, where every ratio is 1.",
+    )
+    update_epochs: int = Field(
+        1,
+        ge=1,
+        le=16,
+        description="Passes over each step's samples, each an optimizer step per adapter, with the PPO ratio taken against "
+        "the log-probs of the policy that sampled them (TRL's num_iterations, verl's ppo_epochs). 1: one on-policy step.",
+    )
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the k3 KL to the frozen base (adapter disabled); 0 skips the reference pass."
     )
@@ -172,7 +185,7 @@ class TrainSpec(Strict):
     max_new_tokens: int = Field(24, ge=1, le=4096, description="Tokens sampled per action at most.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (log-probs use the same temperature).")
     checkpoint_every: int = Field(5, ge=1, description="Save adapters and optimizer state every N steps (and at the end).")
-    log_every: int = Field(1, ge=1, description="Print a progress line every N steps.")
+    log_every: int = Field(1, ge=1, description="Refresh the progress bar's status (success, tokens/s) every N steps.")
     max_skipped_in_a_row: int = Field(
         3,
         ge=1,
@@ -320,7 +333,7 @@ def model_problem(model: ModelSpec) -> str | None:
     """Why a model spec cannot work, found without loading weights (nf4 needs bitsandbytes; template-less built-ins)."""
     import importlib.util
 
-    from pettingllms_cli.models.builtins import BUILTINS
+    from pettingllms_cli.spec.builtin_models import BUILTINS
 
     if model.quantization == "nf4" and importlib.util.find_spec("bitsandbytes") is None:
         return "quantization nf4 needs bitsandbytes: run `pip install bitsandbytes`, or use quantization: none"

@@ -26,11 +26,12 @@ from safetensors.torch import load_file
 
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.training.rundir import spec_changes
 
 STATE_FILE = "trainer_state.pt"
 ADAPTER_FILE = "adapter_model.safetensors"
 _STEP_RE = re.compile(r"^step_(\d+)$")
-_TMP_RE = re.compile(r"^step_\d+\.tmp-(\d+)$")
+TMP_RE = re.compile(r"^step_\d+\.tmp-(\d+)$")  # a checkpoint write that never finished (group: its pid)
 
 
 # --- RNG --------------------------------------------------------------------------------------
@@ -58,7 +59,9 @@ def set_rng_state(state: dict) -> None:
 
 
 # --- save ---------------------------------------------------------------------------------------
-def save_checkpoint(team: Team, run_dir: Path, step: int, extra: dict | None = None) -> Path:
+def save_checkpoint(
+    team: Team, optimizers: dict[str, torch.optim.Optimizer], run_dir: Path, step: int, extra: dict | None = None
+) -> Path:
     """Write every agent's adapter plus optimizer and RNG state for `step` (steps done), atomically.
 
     A failed write (full disk, unwritable folder) removes its temporary folder and raises a
@@ -73,7 +76,7 @@ def save_checkpoint(team: Team, run_dir: Path, step: int, extra: dict | None = N
         _write_adapters(team, tmp)
         state = {
             "step": step,
-            "optimizers": {name: opt.state_dict() for name, opt in team.optimizers.items()},
+            "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
             "rng": rng_state(),
             **(extra or {}),
         }
@@ -103,7 +106,7 @@ def _write_adapters(team: Team, folder: Path) -> None:
         shutil.rmtree(staging)
 
 
-def measure_checkpoint(team: Team, run_dir: Path) -> int:
+def measure_checkpoint(team: Team, optimizers: dict[str, torch.optim.Optimizer], run_dir: Path) -> int:
     """Bytes one checkpoint of this team takes on disk (in 4 KiB blocks), measured by writing one and deleting it.
 
     Before the first step AdamW holds no moments yet, so the measured state holds moments shaped
@@ -114,8 +117,8 @@ def measure_checkpoint(team: Team, run_dir: Path) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         _write_adapters(team, scratch)
-        optimizers = {name: _with_moments(opt) for name, opt in team.optimizers.items()}
-        state = {"step": 0, "optimizers": optimizers, "rng": rng_state(), "spec": team.spec.model_dump(mode="json")}
+        moments = {name: _with_moments(opt) for name, opt in optimizers.items()}
+        state = {"step": 0, "optimizers": moments, "rng": rng_state(), "spec": team.spec.model_dump(mode="json")}
         torch.save(state, scratch / STATE_FILE)
         return sum(-(-f.stat().st_size // 4096) * 4096 for f in scratch.rglob("*") if f.is_file())
     finally:
@@ -144,7 +147,7 @@ def remove_stale(run_dir: Path) -> list[Path]:
     root = run_dir / "checkpoints"
     removed = []
     for child in sorted(root.iterdir()) if root.is_dir() else []:
-        match = _TMP_RE.match(child.name)
+        match = TMP_RE.match(child.name)
         if match and not _alive(int(match.group(1))):
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child)
@@ -267,7 +270,6 @@ WEIGHT_FIELDS = re.compile(r"^(models\.[^.]+\.source|agents\.[^.]+\.(model|lora\
 
 def weights_spec_changes(spec_now: dict, folder: Path) -> list[str]:
     """`key: old -> new` for each field that shapes the adapters and differs from the spec `folder` was trained with."""
-    from pettingllms_cli.training.rundir import spec_changes
 
     saved = read_state(folder).get("spec")
     if not isinstance(saved, dict):
@@ -276,15 +278,15 @@ def weights_spec_changes(spec_now: dict, folder: Path) -> list[str]:
     return [f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items() if WEIGHT_FIELDS.match(k)]
 
 
-def load_checkpoint(team: Team, folder: Path, state: dict | None = None) -> dict:
+def load_checkpoint(team: Team, optimizers: dict[str, torch.optim.Optimizer], folder: Path, state: dict | None = None) -> dict:
     """Restore adapters, optimizers and RNG from a checkpoint; returns the trainer state."""
     state = read_state(folder) if state is None else state
-    missing = sorted(set(team.optimizers) - set(state["optimizers"]))
+    missing = sorted(set(optimizers) - set(state["optimizers"]))
     if missing:
         raise UserError(f"{folder}: no optimizer state for adapter(s) {missing}; the checkpoint is from another spec")
     load_adapters(team, folder)
     algo = team.spec.algorithm
-    for name, opt in team.optimizers.items():
+    for name, opt in optimizers.items():
         try:
             opt.load_state_dict(state["optimizers"][name])
         except (ValueError, RuntimeError, KeyError) as e:  # other parameter groups: the adapters' layout changed
@@ -296,3 +298,43 @@ def load_checkpoint(team: Team, folder: Path, state: dict | None = None) -> dict
             group["lr"], group["weight_decay"] = algo.lr, algo.weight_decay
     set_rng_state(state["rng"])
     return state
+
+
+# --- room for them ----------------------------------------------------------------------------------
+def check_disk_space(team: Team, optimizers: dict[str, torch.optim.Optimizer], run_dir: Path) -> None:
+    """Refuse to start when the checkpoints this run still writes will not fit.
+
+    The size of one is measured by writing one (adapters, AdamW moments, RNG) to a scratch folder;
+    on resume, the checkpoints already on disk are counted out (they already use their space).
+    """
+    spec = team.spec
+    done = max((step for step, _ in complete_checkpoints(run_dir)), default=0)
+    saves = saves_left(done, spec.train.steps, spec.train.checkpoint_every)
+    if saves == 0:
+        return
+    try:
+        per_checkpoint = measure_checkpoint(team, optimizers, run_dir)
+    except OSError as e:
+        why = e.strerror or e
+        raise UserError(f"{run_dir}: cannot write a checkpoint ({why}); free disk space or choose another --out") from None
+    need = saves * per_checkpoint + 2**20
+    free = shutil.disk_usage(run_dir).free
+    if free < need:
+        raise UserError(
+            f"{run_dir}: {free / 2**20:.1f} MiB free, but {saves} checkpoint(s) of {per_checkpoint / 2**10:.0f} KiB "
+            f"need about {need / 2**20:.1f} MiB; free disk space, raise train.checkpoint_every or choose another --out"
+        )
+
+
+def saves_left(done: int, steps: int, every: int) -> int:
+    """Checkpoints a run at step `done` still writes: every `every` steps and the last one.
+
+    A graceful stop writes one more only in place of a later scheduled one (the last step always is).
+
+    >>> saves_left(0, 16, 4), saves_left(12, 20, 4), saves_left(16, 16, 4), saves_left(0, 10, 4)
+    (4, 2, 0, 3)
+    """
+    return sum(1 for s in range(done + 1, steps + 1) if s % every == 0 or s == steps)
+
+
+# --- files ----------------------------------------------------------------------------------

@@ -26,7 +26,9 @@ from pettingllms_cli.analysis.budget import budget_overrides, check_equal_arms, 
 from pettingllms_cli.analysis.render import console_table, ratios_table, verdict, write_outputs
 from pettingllms_cli.analysis.stats import convergence_step, factor_interval, mean_interval, ratio, wilson_interval
 from pettingllms_cli.envs import Problem
+from pettingllms_cli.envs.loading import problems_fingerprint
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.jsonio import read_json, write_json
 from pettingllms_cli.spec import Experiment, load_spec
 
 CACHE_VERSION = "2"  # bump when what a cached score means changes (2: attempts over solved episodes, learned roles)
@@ -102,12 +104,6 @@ def problems_key(problems: list[Problem], checkpoint: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def problems_fingerprint(problems: list[Problem]) -> str:
-    """The problems' content (ids repeat across seeds: `test-0` of seed 1 is another question than of seed 0)."""
-    text = json.dumps([[p.id, p.question, str(p.answer)] for p in problems])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def train_eval(spec: Experiment, run_dir: Path, name: str, problems: list[Problem]) -> dict | None:
     """train's own eval_before/eval_after.json when train scored these very problems (same content) greedily."""
     from pettingllms_cli.analysis.evaluate import eval_problems
@@ -125,8 +121,8 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     """Held-out scores of the untrained team and of the final checkpoint, cached in compare_eval.json."""
     from pettingllms_cli.analysis.evaluate import evaluate
     from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.rollout.roles import RoleAssigner
     from pettingllms_cli.training.checkpoint import latest_checkpoint, load_adapters, read_state
-    from pettingllms_cli.training.rundir import write_json
 
     checkpoint = latest_checkpoint(run_dir)
     key = problems_key(problems, checkpoint)
@@ -137,11 +133,11 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     initial = train_eval(spec, run_dir, "eval_before.json", problems)
     final = train_eval(spec, run_dir, "eval_after.json", problems)
     if initial is None or final is None:  # train scored other problems: score these, same greedy evaluate
-        team = Team(spec)
-        initial = initial or evaluate(team, spec, problems, n_transcripts=1, score_actions=False)
+        team, roles = Team(spec), RoleAssigner(spec)
+        initial = initial or evaluate(team, spec, problems, n_transcripts=1, score_actions=False, assignment=roles.best())
         load_adapters(team, checkpoint)
-        team.roles.load_state_dict(read_state(checkpoint).get("roles"))  # the assignment the run learned (rotate/adaptive)
-        final = final or evaluate(team, spec, problems, n_transcripts=1, score_actions=False)
+        roles.load_state_dict(read_state(checkpoint).get("roles"))  # the assignment the run learned (rotate/adaptive)
+        final = final or evaluate(team, spec, problems, n_transcripts=1, score_actions=False, assignment=roles.best())
     scored = {"key": key, "checkpoint": str(checkpoint), "initial": initial, "final": final}
     if distributed.is_main():
         write_json(cache, scored)
@@ -150,13 +146,8 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
 
 def read_cache(cache: Path, key: str) -> dict | None:
     """The cached scores when they were computed on the same problems and checkpoint, else None."""
-    if not cache.is_file():
-        return None
-    try:
-        cached = json.loads(cache.read_text())
-    except json.JSONDecodeError:  # a cache cut short by a kill: score again
-        return None
-    return cached if cached.get("key") == key else None
+    cached = read_json(cache)  # None: missing, or cut short by a kill (score again)
+    return cached if cached is not None and cached.get("key") == key else None
 
 
 def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, threshold: float, window: int) -> dict:

@@ -24,8 +24,6 @@ test_signals.py, test_run_lock.py, test_damage.py):
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import random
 import shlex
 import time
@@ -42,17 +40,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.distill import distill
 from pettingllms_cli.algorithms.grpo import group_advantages, zero_std_groups
+from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import AgentStats, update
-from pettingllms_cli.analysis.evaluate import episode_metrics, evaluate, make_envs
+from pettingllms_cli.analysis.evaluate import evaluate
 from pettingllms_cli.analysis.report import write_report
 from pettingllms_cli.envs import Problem
-from pettingllms_cli.envs.loading import load_split
+from pettingllms_cli.envs.loading import load_split, problems_fingerprint
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.jsonio import append_jsonl, clean_metrics, read_json, write_json
 from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.rollout.episodes import episode_metrics, make_envs
+from pettingllms_cli.rollout.roles import RoleAssigner
 from pettingllms_cli.rollout.tree import Rollout, Sample, on_policy_episodes, parallel_rollout, tree_rollout
 from pettingllms_cli.spec import Experiment
 from pettingllms_cli.training.checkpoint import (
     STATE_FILE,
+    check_disk_space,
     latest_checkpoint,
     load_checkpoint,
     remove_stale,
@@ -61,17 +64,7 @@ from pettingllms_cli.training.checkpoint import (
 )
 from pettingllms_cli.training.graceful import GracefulStop, StopNow
 from pettingllms_cli.training.metrics import team_metrics
-from pettingllms_cli.training.rundir import (
-    append_jsonl,
-    check_disk_space,
-    prepare_run_dir,
-    read_json_or_none,
-    spec_changes,
-    truncate_metrics,
-    write_json,
-    write_spec,
-    writer_lock,
-)
+from pettingllms_cli.training.rundir import prepare_run_dir, spec_changes, truncate_metrics, write_spec, writer_lock
 
 WALL_CLOCK_KEYS = (  # vary run to run
     "seconds",
@@ -82,6 +75,15 @@ WALL_CLOCK_KEYS = (  # vary run to run
     "heldout_seconds",
 )
 TRAIN_POOL = 10_000  # training problems drawn from; fixed so that extending train.steps keeps the data order
+
+
+@dataclass
+class Learner:
+    """What the loop trains and checkpoints: the adapters (on their bases), their optimizers, the role assignment."""
+
+    team: Team
+    optimizers: dict[str, torch.optim.Optimizer]
+    roles: RoleAssigner
 
 
 @dataclass
@@ -126,15 +128,18 @@ def train_locked(
     with GracefulStop() as stop:
         seed_everything(spec.seed)
         with distributed.main_first():  # rank 0 fills the model cache before the others read it
-            team = Team(spec)
-        distributed.on_main(check_disk_space, team, spec, run_dir)
+            team = Team(spec)  # bases and adapters
+        optimizers = make_optimizers(team)  # one AdamW per adapter
+        roles = RoleAssigner(spec)  # who plays which role in each episode
+        distributed.on_main(check_disk_space, team, optimizers, run_dir)
         train_problems, eval_problems = problems  # (training pool, held-out), loaded before the run directory
-        has_before = distributed.on_main(lambda: read_json_or_none(run_dir / "eval_before.json") is not None)  # damaged: redo
+        has_before = distributed.on_main(lambda: read_json(run_dir / "eval_before.json") is not None)  # damaged: redo
         if not has_before and not distributed.any_rank(bool(stop.requested)):
-            before = evaluate(team, spec, eval_problems)  # the untrained team (each rank scores its shard)
+            before = evaluate(team, spec, eval_problems, assignment=roles.best())  # the untrained team (each rank its shard)
             if distributed.is_main():
                 write_json(run_dir / "eval_before.json", before)
-        state = resume_everywhere(team, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
+        learner = Learner(team, optimizers, roles)
+        state = resume_everywhere(learner, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
 
         with progress_bar(console) as bar:
             task = bar.add_task(spec.name, total=spec.train.steps, completed=min(state.step, spec.train.steps), status="")
@@ -144,33 +149,35 @@ def train_locked(
                 began = time.perf_counter()
                 torch.manual_seed(step_seed(spec.seed, step))  # sampling depends on (seed, step) only
                 problems = problems_for_step(train_problems, spec, step)
-                roles = team.roles.assign(step, len(problems))  # role -> agent of each episode, alike on every rank
-                rollout = collect(team, spec, distributed.shard(problems), distributed.shard(roles))  # this rank's share
+                assignment = roles.assign(step, len(problems))  # role -> agent of each episode, alike on every rank
+                rollout = collect(team, spec, distributed.shard(problems), distributed.shard(assignment))  # this rank's share
                 trainable = rollout.samples + rollout.intents  # actions, and intents under `parallel` + intent protocol
                 dropped = assign_advantages(spec, trainable)  # advantage per group
-                stats = update(team, [s for s in trainable if s.group not in dropped])  # loss + optimizer step
+                stats = update(team, optimizers, [s for s in trainable if s.group not in dropped])  # loss + optimizer step
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
-                team.roles.record(whole.assignment, [float(env.success) for env in played])  # adaptive roles learn
-                distilled = distill(team, whole.samples, step)  # cross-agent distillation, every N steps
+                roles.record(whole.assignment, [float(env.success) for env in played])  # adaptive roles learn
+                distilled = distill(team, optimizers, whole.samples, step)  # cross-agent distillation, every N steps
                 state = advance(state, stats)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
-                metrics |= team_metrics(team, whole, distilled)  # reward parts, roles per episode, memory, distillation
-                metrics |= heldout_metrics(team, spec, eval_problems, state.step)  # every train.eval_every steps
+                metrics |= team_metrics(team, roles, whole, distilled)  # reward parts, roles per episode, memory, distillation
+                metrics |= heldout_metrics(team, roles, spec, eval_problems, state.step)  # every train.eval_every steps
+                metrics = clean_metrics(metrics)  # NaN/inf -> null, floats rounded (docs/metrics.md)
                 if distributed.is_main():
                     append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
                 stop_if_stuck(spec, state, run_dir)
                 checkpoint_due = state.step % spec.train.checkpoint_every == 0 or state.step == spec.train.steps
                 ranks_sha = distributed.gather([adapters_sha(team)]) if checkpoint_due else []  # ranks must agree
                 if checkpoint_due and distributed.is_main():
-                    save(team, spec, run_dir, state, train_problems, ranks_sha)  # checkpoint
-                bar.update(task, advance=1, status=status_line(metrics))
+                    save(learner, spec, run_dir, state, train_problems, ranks_sha)  # checkpoint
+                shown = state.step % spec.train.log_every == 0 or state.step == spec.train.steps  # train.log_every
+                bar.update(task, advance=1, **({"status": status_line(metrics)} if shown else {}))
         if distributed.any_rank(bool(stop.requested)):
             if distributed.is_main():
                 why = f"{stop.requested or 'a signal to another rank'}: "
-                stop_with_checkpoint(team, spec, run_dir, state, train_problems, why, resume_command, console)
+                stop_with_checkpoint(learner, spec, run_dir, state, train_problems, why, resume_command, console)
             return run_dir
-        if not finish_or_stop(team, spec, run_dir, eval_problems, stop, resume_command, console):
+        if not finish_or_stop(learner, spec, run_dir, eval_problems, stop, resume_command, console):
             return run_dir
     distributed.barrier()  # the other ranks return once rank 0's files exist (compare reads them next)
     return run_dir
@@ -238,15 +245,9 @@ def epoch_order(size: int, n: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
-def data_fingerprint(problems: list[Problem]) -> str:
-    """Identifies the training problems, so a resume notices when the data changed under the run."""
-    text = json.dumps([[p.id, p.question, str(p.answer)] for p in problems])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 # --- resume ---------------------------------------------------------------------------------
 def resume_state(
-    team: Team, spec: Experiment, run_dir: Path, train_problems: list[Problem], changes: dict, force: bool, console: Console
+    learner: Learner, spec: Experiment, run_dir: Path, train_problems: list[Problem], changes: dict, force: bool, console: Console
 ) -> RunState:
     """Restore the newest complete checkpoint (if any), cut metrics.jsonl back to it, log the resume."""
     for leftover in remove_stale(run_dir):
@@ -260,12 +261,14 @@ def resume_state(
         write_spec(run_dir, spec)
         return RunState()
     changes = {**changes, **checkpoint_spec_changes(checkpoint, saved, spec, force)}
-    old_data, new_data = saved.get("data", {}).get("fingerprint"), data_fingerprint(train_problems)
+    old_data, new_data = saved.get("data", {}).get("fingerprint"), problems_fingerprint(train_problems)
     if old_data != new_data:
         if not force:
             raise UserError(f"{checkpoint}: env.data changed since this checkpoint (other problems); restore it or add --force")
         changes = {**changes, "data": (old_data, new_data)}
-    load_checkpoint(team, checkpoint, saved)  # a misfit (another LoRA rank) fails here, before spec.yaml changes
+    load_checkpoint(
+        learner.team, learner.optimizers, checkpoint, saved
+    )  # a misfit (another LoRA rank) fails here, before spec.yaml changes
     write_spec(run_dir, spec)
     truncate_metrics(run_dir / "metrics.jsonl", saved["step"])
     if saved["step"] < spec.train.steps:
@@ -276,7 +279,7 @@ def resume_state(
     append_jsonl(run_dir / "resumes.jsonl", record)
     forced = f" with --force ({len(changes)} change(s))" if changes else ""
     console.print(f"resuming {run_dir} from {checkpoint.name}{forced}", markup=False, highlight=False)
-    team.roles.load_state_dict(saved.get("roles"))  # adaptive role-assignment statistics
+    learner.roles.load_state_dict(saved.get("roles"))  # adaptive role-assignment statistics
     return RunState(saved["step"], dict(saved.get("skipped_in_a_row", {})))
 
 
@@ -298,12 +301,14 @@ def checkpoint_spec_changes(checkpoint: Path, saved: dict, spec: Experiment, for
 
 
 def resume_everywhere(
-    team: Team, spec: Experiment, run_dir: Path, train_problems: list[Problem], changes: dict, force: bool, console: Console
+    learner: Learner, spec: Experiment, run_dir: Path, train_problems: list[Problem], changes: dict, force: bool, console: Console
 ) -> RunState:
     """Rank 0 restores the checkpoint and trims the run's files; the other ranks then load the same checkpoint."""
-    state = distributed.on_main(resume_state, team, spec, run_dir, train_problems, changes, force, console)
+    state = distributed.on_main(resume_state, learner, spec, run_dir, train_problems, changes, force, console)
     if not distributed.is_main() and state.step > 0:
-        load_checkpoint(team, run_dir / "checkpoints" / f"step_{state.step}")
+        folder = run_dir / "checkpoints" / f"step_{state.step}"
+        saved = load_checkpoint(learner.team, learner.optimizers, folder)
+        learner.roles.load_state_dict(saved.get("roles"))
     return state
 
 
@@ -371,7 +376,7 @@ def stop_if_stuck(spec: Experiment, state: RunState, run_dir: Path) -> None:
 
 
 def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str, AgentStats], seconds: float) -> dict:
-    """One metrics.jsonl line (DESIGN.md §6 keys); a non-finite value is written as null."""
+    """One metrics.jsonl line (the keys are in docs/metrics.md); a non-finite value is written as null."""
     played = rollout.on_policy or rollout.episodes  # the policy's own episodes (docs/metrics.md)
     metrics: dict = {"step": step, "episodes": len(played), **episode_metrics(played)}
     if spec.algorithm.rollout == "tree":  # the episode AT-GRPO continued: best of K at every action
@@ -402,7 +407,7 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
     metrics["tokens_per_second"] = rollout.tokens / seconds if seconds > 0 else 0.0
     metrics["sampling_tokens_per_second"] = rollout.tokens / rollout.seconds if rollout.seconds > 0 else 0.0
     metrics["seconds"] = round(seconds, 3)
-    return {k: _clean(v) for k, v in metrics.items()}
+    return clean_metrics(metrics)
 
 
 def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentStats]) -> dict:
@@ -416,7 +421,7 @@ def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentSt
     }
 
 
-def heldout_metrics(team: Team, spec: Experiment, eval_problems: list[Problem], step: int) -> dict:
+def heldout_metrics(team: Team, roles: RoleAssigner, spec: Experiment, eval_problems: list[Problem], step: int) -> dict:
     """At every `train.eval_every`-th step: greedy success on the first `eval_subset` held-out problems (a fixed set).
 
     This curve, not training success, is what `compare` reads convergence from (docs/metrics.md).
@@ -424,19 +429,14 @@ def heldout_metrics(team: Team, spec: Experiment, eval_problems: list[Problem], 
     every = spec.train.eval_every
     if every is None or step % every:
         return {}
-    scored = evaluate(team, spec, eval_problems[: spec.train.eval_subset], n_transcripts=0, score_actions=False)
+    subset = eval_problems[: spec.train.eval_subset]
+    scored = evaluate(team, spec, subset, n_transcripts=0, score_actions=False, assignment=roles.best())
     return {
         "heldout_success_rate": scored["team_success_rate"],
         "heldout_mean_attempts_to_success": scored["mean_attempts_to_success"],
         "heldout_episodes": scored["episodes"],
         "heldout_seconds": scored["seconds"],
     }
-
-
-def _clean(v: object) -> object:
-    if isinstance(v, float):
-        return round(v, 6) if math.isfinite(v) else None
-    return v
 
 
 def _mean(values: list) -> float:
@@ -471,7 +471,7 @@ def adapters_sha(team: Team) -> str:
 
 
 def save(
-    team: Team,
+    learner: Learner,
     spec: Experiment,
     run_dir: Path,
     state: RunState,
@@ -484,17 +484,17 @@ def save(
         "data": {
             "cursor": state.step * spec.train.problems_per_step,  # problems consumed; problems_for_step(step) continues
             "pool": len(train_problems),
-            "fingerprint": data_fingerprint(train_problems),
+            "fingerprint": problems_fingerprint(train_problems),
         },
-        "roles": team.roles.state_dict(),  # role-assignment statistics (adaptive)
+        "roles": learner.roles.state_dict(),  # role-assignment statistics (adaptive)
         "spec": spec.model_dump(mode="json"),
         "ranks_adapters_sha": ranks_sha or [],  # one per data-parallel rank (all equal); empty when not computed
     }
-    return save_checkpoint(team, run_dir, state.step, extra)
+    return save_checkpoint(learner.team, learner.optimizers, run_dir, state.step, extra)
 
 
 def stop_with_checkpoint(
-    team: Team,
+    learner: Learner,
     spec: Experiment,
     run_dir: Path,
     state: RunState,
@@ -506,7 +506,7 @@ def stop_with_checkpoint(
     """Graceful stop: make sure a checkpoint of the last finished step exists, then say how to resume."""
     folder = run_dir / "checkpoints" / f"step_{state.step}"
     if not (folder / STATE_FILE).is_file():
-        folder = save(team, spec, run_dir, state, train_problems)
+        folder = save(learner, spec, run_dir, state, train_problems)
     console.print(
         f"{why}stopped after step {state.step}/{spec.train.steps}, checkpoint {folder}; resume with: {resume_command}",
         markup=False,
@@ -516,7 +516,7 @@ def stop_with_checkpoint(
 
 
 def finish_or_stop(
-    team: Team,
+    learner: Learner,
     spec: Experiment,
     run_dir: Path,
     eval_problems: list[Problem],
@@ -527,7 +527,7 @@ def finish_or_stop(
     """`finish`, unless a signal stops it: the last checkpoint is written, so stop at once and say how to finish."""
     try:
         stop.at_once()
-        finish(team, spec, run_dir, eval_problems, console)
+        finish(learner, spec, run_dir, eval_problems, console)
     except StopNow as e:
         console.print(
             f"{e.signal_name}: stopped during the final held-out eval; training is done and checkpointed, "
@@ -540,14 +540,14 @@ def finish_or_stop(
     return True
 
 
-def finish(team: Team, spec: Experiment, run_dir: Path, eval_problems: list[Problem], console: Console) -> None:
+def finish(learner: Learner, spec: Experiment, run_dir: Path, eval_problems: list[Problem], console: Console) -> None:
     """Score the trained team on the held-out problems and write the report."""
-    after = evaluate(team, spec, eval_problems)  # every rank scores its shard
+    after = evaluate(learner.team, spec, eval_problems, assignment=learner.roles.best())  # every rank scores its shard
     if not distributed.is_main():
         return
     write_json(run_dir / "eval_after.json", after)
     write_report(run_dir)
-    before = read_json_or_none(run_dir / "eval_before.json") or {}
+    before = read_json(run_dir / "eval_before.json") or {}
     was = f"{before['team_success_rate']:.2f}" if isinstance(before.get("team_success_rate"), float | int) else "?"
     console.print(
         f"done: held-out success {was} -> {after['team_success_rate']:.2f}; run directory {run_dir}",

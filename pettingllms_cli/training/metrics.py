@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import resource
 import sys
 
 import torch
 
+from pettingllms_cli.jsonio import clean_metrics
 from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.rollout.roles import RoleAssigner
 from pettingllms_cli.rollout.tree import Rollout
 
 
-def team_metrics(team: Team, rollout: Rollout, distilled: dict[str, float]) -> dict:
+def team_metrics(team: Team, roles: RoleAssigner, rollout: Rollout, distilled: dict[str, float]) -> dict:
     """`reward_env_local/<agent>`, `roles` (each episode's assignment and success), `role_success/...`, memory, distillation."""
     metrics: dict = {}
     for agent in sorted(team.spec.agents):
@@ -23,13 +24,13 @@ def team_metrics(team: Team, rollout: Rollout, distilled: dict[str, float]) -> d
         {"problem": env.problem.id, "roles": dict(assignment), "success": bool(env.success)}
         for assignment, env in zip(rollout.assignment, played, strict=True)
     ]
-    metrics.update(team.roles.metrics())
+    metrics.update(roles.metrics())
     metrics.update(team.memory_mb())
     metrics["peak_rss_mb"] = peak_rss_mb()
     if torch.cuda.is_available():
         metrics["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
     metrics.update(distilled)
-    return {k: round(v, 6) if isinstance(v, float) and math.isfinite(v) else v for k, v in metrics.items()}
+    return clean_metrics(metrics)  # a NaN distill_loss is null, like every other metric
 
 
 def peak_rss_mb() -> float:

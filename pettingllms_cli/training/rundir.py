@@ -22,7 +22,7 @@ import yaml
 
 from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.jsonio import write_atomic
 from pettingllms_cli.spec import Experiment, dump_spec
 
 # Spec fields that change no step's computation: --resume accepts new values for them without --force.
@@ -212,52 +212,6 @@ def probe_writable(run_dir: Path) -> None:
         probe.unlink(missing_ok=True)
 
 
-def check_disk_space(team: Team, spec: Experiment, run_dir: Path) -> None:
-    """Refuse to start when the checkpoints this run still writes will not fit.
-
-    The size of one is measured by writing one (adapters, AdamW moments, RNG) to a scratch folder;
-    on resume, the checkpoints already on disk are counted out (they already use their space).
-    """
-    from pettingllms_cli.training.checkpoint import complete_checkpoints, measure_checkpoint
-
-    done = max((step for step, _ in complete_checkpoints(run_dir)), default=0)
-    saves = saves_left(done, spec.train.steps, spec.train.checkpoint_every)
-    if saves == 0:
-        return
-    try:
-        per_checkpoint = measure_checkpoint(team, run_dir)
-    except OSError as e:
-        why = e.strerror or e
-        raise UserError(f"{run_dir}: cannot write a checkpoint ({why}); free disk space or choose another --out") from None
-    need = saves * per_checkpoint + 2**20
-    free = shutil.disk_usage(run_dir).free
-    if free < need:
-        raise UserError(
-            f"{run_dir}: {free / 2**20:.1f} MiB free, but {saves} checkpoint(s) of {per_checkpoint / 2**10:.0f} KiB "
-            f"need about {need / 2**20:.1f} MiB; free disk space, raise train.checkpoint_every or choose another --out"
-        )
-
-
-def saves_left(done: int, steps: int, every: int) -> int:
-    """Checkpoints a run at step `done` still writes: every `every` steps and the last one.
-
-    A graceful stop writes one more only in place of a later scheduled one (the last step always is).
-
-    >>> saves_left(0, 16, 4), saves_left(12, 20, 4), saves_left(16, 16, 4), saves_left(0, 10, 4)
-    (4, 2, 0, 3)
-    """
-    return sum(1 for s in range(done + 1, steps + 1) if s % every == 0 or s == steps)
-
-
-# --- files ----------------------------------------------------------------------------------
-def append_jsonl(path: Path, record: dict) -> None:
-    try:
-        with path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-    except OSError as e:
-        raise UserError(f"{path}: cannot write ({e.strerror or e}); free disk space, then rerun with --resume") from None
-
-
 def truncate_metrics(path: Path, step: int) -> None:
     """Keep only the lines of steps <= `step` (and drop a line cut short by a kill), so no step is lost or repeated."""
     if not path.is_file():
@@ -273,42 +227,9 @@ def truncate_metrics(path: Path, step: int) -> None:
     write_atomic(path, "".join(kept))
 
 
-def write_atomic(path: Path, content: str | bytes) -> None:
-    """Write a whole file or nothing: a kill or a full disk mid-write leaves the old content (or none)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        if isinstance(content, bytes):
-            tmp.write_bytes(content)
-        else:
-            tmp.write_text(content, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_text_file(path: Path, content: str | bytes, then: str) -> None:
     """`write_atomic`, with a full disk or an unwritable folder as one line that ends with `then`."""
     try:
         write_atomic(path, content)
     except OSError as e:
         raise UserError(f"{path}: cannot write ({e.strerror or e}); free disk space, {then}") from None
-
-
-def write_json(path: Path, obj: dict) -> None:
-    try:
-        write_atomic(path, json.dumps(obj, indent=2, default=str))
-    except OSError as e:
-        raise UserError(f"{path}: cannot write ({e.strerror or e}); free disk space, then rerun with --resume") from None
-
-
-def read_json(path: Path) -> dict:
-    return json.loads(path.read_text())
-
-
-def read_json_or_none(path: Path) -> dict | None:
-    """A JSON object file, or None when it is missing or damaged (cut short by a crash, edited by hand)."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None

@@ -1,6 +1,6 @@
-"""The built-in model aliases as plain data: what `models list` shows and the spec checks sources against.
-
-No torch here, so `pettingllms_cli.spec` can read this table without loading the model stack.
+"""The built-in model aliases as plain data: what `models list` shows, what the spec checks sources
+against, and what models/loader.py materialises. No torch here, so the spec reads it without
+loading the model stack.
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ import torch
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.optim import guarded_step
+from pettingllms_cli.envs.messages import generated_part
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs
-from pettingllms_cli.policy.prompts import generated_part
 from pettingllms_cli.rollout.tree import Sample
 
 

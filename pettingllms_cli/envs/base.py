@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from pettingllms_cli.envs import intents
 from pettingllms_cli.envs.messages import Message
+from pettingllms_cli.envs.messages import prefill as messages_prefill
 from pettingllms_cli.errors import UserError
 
 
@@ -135,7 +136,7 @@ class TurnEnv:
     def prefill(self, role: str) -> str:
         """The text `observe(role)` puts at the start of the role's answer (its assistant prefill), or ''."""
         messages = self.observe(role)
-        return messages[-1]["content"] if messages and messages[-1]["role"] == "assistant" else ""
+        return messages_prefill(messages)
 
     def intent_agrees(self, role: str, intent: str, action: str) -> bool:
         """Does `action` (the generated text, without the env's prefill) do what `intent` said?

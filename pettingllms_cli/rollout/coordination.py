@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from pettingllms_cli.envs.intents import append_to_last_user, board
-from pettingllms_cli.envs.messages import Message
+from pettingllms_cli.envs.messages import Message, without_prefill
 
 OPEN, CLOSE = "<intent>", "</intent>"
 ASK = f"Before acting, say in one short line what you will do, as {OPEN}...{CLOSE}."
@@ -37,6 +37,6 @@ def extract(text: str) -> str:
 
 def intent_prompt(observation: list[Message], intents: dict[str, str]) -> list[Message]:
     """What a role sees when it declares: its observation without the action prefill, the intents so far, and the ask."""
-    messages = observation[:-1] if observation and observation[-1]["role"] == "assistant" else observation
+    messages = without_prefill(observation)
     extra = f"{board(intents)}\n{ASK}" if intents else ASK
     return append_to_last_user(messages, extra) + [{"role": "assistant", "content": OPEN}]

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import torch
 
 from pettingllms_cli.envs.base import Message, StepResult, TurnEnv
-from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.envs.messages import action_text
+from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.sampling import base_seed, row_seed
 from pettingllms_cli.rollout import coordination
 from pettingllms_cli.rollout.credit import NOOP, combine, local_term, plays_on
@@ -70,12 +71,8 @@ class Rollout:
 Candidates = list[tuple[str, torch.Tensor]]  # (text, ids) of each sampled continuation
 
 
-def _prefill(messages: list[dict]) -> str:
-    return messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
-
-
 def _act(
-    team: Team,
+    team: Sampler,
     spec: Experiment,
     observations: list[list[Message]],
     agents: list[str],
@@ -87,7 +84,7 @@ def _act(
 ) -> list[tuple[list[int], Candidates]]:
     """Sample k continuations of each observation by its agent; (prompt, candidates) each.
 
-    Agents on one base share one batched generate, each row through its own adapter (`Team.sample_mixed`).
+    Agents on one base share one batched generate, each row through its own adapter (`Sampler.sample_mixed`).
     Observation i's draws come from seeds[i] alone (sampling.py), whatever else shares the batch or the rank.
     """
     t = spec.train
@@ -96,13 +93,13 @@ def _act(
     acted = []
     for agent, obs, prompt, cands in zip(agents, observations, prompts, completions, strict=True):
         rollout.tokens += sum(len(c) for c in cands)
-        texts = [_prefill(obs) + team.decode(agent, c) for c in cands]
+        texts = [action_text(obs, team.decode(agent, c)) for c in cands]
         acted.append((prompt, list(zip(texts, cands, strict=True))))
     return acted
 
 
 def _declare_intents(
-    team: Team,
+    team: Sampler,
     spec: Experiment,
     envs: list[TurnEnv],
     agents_of: list[Assignment],
@@ -139,7 +136,7 @@ def _local(spec: Experiment, res: StepResult, team: float, noop: float | None) -
 
 
 def play_out(
-    team: Team,
+    team: Sampler,
     spec: Experiment,
     starts: list[tuple[TurnEnv, StepResult]],
     agents_of: list[Assignment],
@@ -196,7 +193,7 @@ def _play_out_seeds(base: int, problem_ids: list[str], role: str, turn: int) -> 
 
 
 def _tree_step(
-    team: Team,
+    team: Sampler,
     spec: Experiment,
     envs: list[TurnEnv],
     role: str,
@@ -236,7 +233,7 @@ def _tree_step(
 
 
 def tree_rollout(
-    team: Team, spec: Experiment, envs: list[TurnEnv], k: int, greedy: bool = False, assignment: list[Assignment] | None = None
+    team: Sampler, spec: Experiment, envs: list[TurnEnv], k: int, greedy: bool = False, assignment: list[Assignment] | None = None
 ) -> Rollout:
     """AT-GRPO tree sampling over a batch of envs (k=1 with greedy=True is a plain greedy episode)."""
     if not envs:  # a rank whose shard of the step is empty (fewer problems than ranks)
@@ -258,7 +255,7 @@ def tree_rollout(
 
 
 def _parallel_noops(
-    team: Team,
+    team: Sampler,
     spec: Experiment,
     episodes: list[TurnEnv],
     active: list[int],
@@ -285,7 +282,7 @@ def _parallel_noops(
 
 
 def parallel_rollout(
-    team: Team, spec: Experiment, envs: list[TurnEnv], k: int, assignment: list[Assignment] | None = None
+    team: Sampler, spec: Experiment, envs: list[TurnEnv], k: int, assignment: list[Assignment] | None = None
 ) -> Rollout:
     """K independent episodes per env; each agent's samples (and intents) get their episode's final reward."""
     if not envs:
@@ -338,7 +335,7 @@ def parallel_rollout(
 
 
 def on_policy_episodes(
-    team: Team, spec: Experiment, envs: list[TurnEnv], tree: Rollout, greedy: bool = False
+    team: Sampler, spec: Experiment, envs: list[TurnEnv], tree: Rollout, greedy: bool = False
 ) -> tuple[list[TurnEnv], int]:
     """One episode per env (fresh, unstepped) played by the policy itself, reusing the tree's draws where it can.
 
@@ -382,7 +379,7 @@ def on_policy_episodes(
                 )
                 for i, r, [ids] in zip(fresh, rows, got, strict=True):
                     tokens += len(ids)
-                    texts[i] = _prefill(observations[r]) + team.decode(agents[r], ids)
+                    texts[i] = action_text(observations[r], team.decode(agents[r], ids))
             for i in active:
                 episodes[i].step(role, texts[i])
     return episodes, tokens + scratch.tokens

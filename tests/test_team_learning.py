@@ -129,7 +129,7 @@ def test_adaptive_tries_everyone_then_prefers_the_successful_agent(smoke_tree):
     assert restored.assign(2, 3) == roles.assign(2, 3)
 
 
-# --- tree vs parallel group shapes (DESIGN.md §4) ---------------------------------------------
+# --- tree vs parallel group shapes (docs/design.md) ------------------------------------------------
 def test_tree_groups_are_problem_role_turn_and_parallel_groups_problem_agent(smoke_tree):
     spec = _spec(smoke_tree, env__max_turns=1, algorithm__group_size=3)
     script = {"tool_caller": ["xx"] * 3, "verifier": ["5"] * 3}

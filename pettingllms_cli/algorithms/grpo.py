@@ -1,4 +1,4 @@
-"""AT-GRPO's math as pure tensor functions (DESIGN.md §4); shapes in comments."""
+"""AT-GRPO's math as pure tensor functions (docs/design.md, "The algorithm"); shapes in comments."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What `compare` holds equal between arms (DESIGN.md §6b), and how it equalises compute.
+"""What `compare` holds equal between arms (docs/metrics.md), and how it equalises compute.
 
 Arms may differ only in what defines a team (`TEAM_KEYS`): the env layout, the agents and their
 roles, specialization, role assignment, distillation, coordination and credit. Every other

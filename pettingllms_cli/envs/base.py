@@ -205,6 +205,20 @@ class TurnEnv:
         """Up to n problems of `split` ("train" | "test") from `data` ("generated" or a file); options = env.options."""
         raise NotImplementedError
 
+    # --- what the checker (envs/checker.py, `envs check`) replays ------------------------------
+    def reference_action(self, role: str) -> str:
+        """A correct action of `role` in the current state: played by every role, it solves the problem."""
+        raise NotImplementedError
+
+    def corrupted_actions(self, role: str) -> list[str]:
+        """Wrong actions of `role` (a wrong number, a wrong call) that the env must not reward; none by default."""
+        return []
+
+    @staticmethod
+    def data_error(problem: Problem) -> str | None:
+        """Why a data record is unusable, naming the file, record and field; None when it is fine (the default)."""
+        return None
+
 
 def read_jsonl(path: Path) -> list[dict]:
     """Records of a JSON-lines file; a bad line is a UserError naming file and line."""

@@ -3,7 +3,7 @@
 For every layout it checks the contract (roles, observation and step types, JSON state),
 seeded determinism (same seed, same problems and same episode), `copy()` independence, and
 replays solutions on the data: the env's `reference_action` for each role must solve every
-problem, and corrupted actions (the env's `corrupted_actions(role)` if it has them, plus an
+problem, and corrupted actions (the env's `corrupted_actions(role)`, plus an
 empty and a junk reply) must not.
 """
 
@@ -85,7 +85,7 @@ def _reference_solves(env_cls: type[TurnEnv], make: Callable[[Problem], TurnEnv]
     """Replay the references; when they fail, an env with `data_error` names the record's broken field."""
     if _play(make(problem), _reference).success:
         return True
-    why = env_cls.data_error(problem) if hasattr(env_cls, "data_error") else None
+    why = env_cls.data_error(problem)
     if why:
         raise BadRecord(why)  # recorded by _guarded as this check's failure, with the record and field
     return False
@@ -96,7 +96,7 @@ def _reference(env: TurnEnv, role: str) -> str:
 
 
 def _corruptions(env: TurnEnv, role: str) -> list[str]:
-    own = env.corrupted_actions(role) if hasattr(env, "corrupted_actions") else []
+    own = env.corrupted_actions(role)
     return list(own) + GENERIC_CORRUPTIONS
 
 

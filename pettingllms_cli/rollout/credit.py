@@ -1,4 +1,4 @@
-"""Hierarchical reward (DESIGN.md §5): r = team_weight * R_team + local_weight * r_local.
+"""Hierarchical reward (docs/design.md, docs/credit.md): r = team_weight * R_team + local_weight * r_local.
 
 R_team of an action is the team outcome the action leads to. With `reward.team_signal:
 turn_end` (the default) that is the team reward at the end of the action's turn: under `tree`

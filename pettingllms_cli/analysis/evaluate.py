@@ -14,11 +14,11 @@ import torch
 
 from pettingllms_cli import distributed
 from pettingllms_cli.analysis.stats import wilson_interval
-from pettingllms_cli.envs import Problem, TurnEnv
+from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import logprob_key, pad
-from pettingllms_cli.rollout.episodes import episode_metrics, make_envs
+from pettingllms_cli.rollout.episodes import Episode, episode_metrics, make_envs
 from pettingllms_cli.rollout.tree import Sample, tree_rollout
 from pettingllms_cli.spec import Experiment
 
@@ -90,21 +90,21 @@ def tool_call_validity(transcripts: list[list[dict]]) -> dict[str, float]:
     return {f"tool_call_validity/{r}": sum(v) / len(v) for r, v in sorted(valid.items())}
 
 
-def episode_record(env: TurnEnv) -> dict:
+def episode_record(episode: Episode) -> dict:
     """What one episode did, compactly: outcome and each action's text (to diff two policies)."""
     return {
-        "id": env.problem.id,
-        "question": env.problem.question,  # ids repeat across seeds and files; the content says what was scored
-        "success": env.success,
-        "attempts": env.attempts,
-        "actions": [t["text"] for t in env.transcript],
+        "id": episode.id,
+        "question": episode.question,  # ids repeat across seeds and files; the content says what was scored
+        "success": episode.success,
+        "attempts": episode.attempts,
+        "actions": [t["text"] for t in episode.transcript],
     }
 
 
-def pick_transcripts(episodes: list[TurnEnv], n: int) -> list[dict]:
+def pick_transcripts(episodes: list[Episode], n: int) -> list[dict]:
     """Up to n episode states for reports, solved ones first, so a reader sees what success looks like."""
     ordered = sorted(episodes, key=lambda e: not e.success)
-    return [e.state() for e in ordered[:n]]
+    return [e.state for e in ordered[:n]]
 
 
 def evaluate(
@@ -128,7 +128,7 @@ def evaluate(
     if temperature is not None:
         spec = spec.model_copy(update={"train": spec.train.model_copy(update={"temperature": temperature})})
     start = time.perf_counter()
-    episodes: list[TurnEnv] = []
+    episodes: list[Episode] = []
     samples: list[Sample] = []
     tokens = 0
     mine = distributed.shard(problems)  # each rank scores its share; gathered back in order below

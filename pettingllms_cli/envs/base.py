@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 from pettingllms_cli.envs import intents
 from pettingllms_cli.envs.messages import Message
 from pettingllms_cli.envs.messages import prefill as messages_prefill
@@ -51,8 +53,15 @@ class Outcome:
     attempt: bool | None = None  # is this action an attempt at the task? None: the env's default (`TurnEnv.is_attempt`)
 
 
+class EnvOptions(BaseModel):
+    """An env's `env.options`, typed: each env subclasses it, and a misspelled option fails `validate`, naming it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class TurnEnv:
     name: ClassVar[str]
+    Options: ClassVar[type[EnvOptions]] = EnvOptions  # what `env.options` may hold (none by default)
     version: ClassVar[int] = 0
     layouts: ClassVar[dict[str, tuple[str, ...]]]
     # Roles whose action cannot change the team reward until a later role of the turn acts on it (a

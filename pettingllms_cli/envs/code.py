@@ -36,7 +36,9 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pydantic import Field
+
+from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import strip_tool_results
 from pettingllms_cli.tools.sandbox import run_python
@@ -183,7 +185,12 @@ def score_tests(on_reference: Sequence[bool], on_wrong: Sequence[Sequence[bool]]
     return len(valid) / len(on_reference) * (sum(caught) / len(caught) if caught else 1.0)
 
 
+class CodeOptions(EnvOptions):
+    timeout: float = Field(3.0, gt=0, description="Seconds each sandboxed test run may take.")
+
+
 class CodeEnv(TurnEnv):
+    Options = CodeOptions
     name = "code_v0"
     layouts = {"multi": ("tester", "coder"), "single": ("coder",)}
     deferred_roles = frozenset({"tester"})  # the team reward moves only once the coder acts

@@ -32,7 +32,9 @@ import random
 import re
 from pathlib import Path
 
-from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
+from pydantic import Field
+
+from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
 from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call
@@ -155,7 +157,13 @@ def retry_feedback(call: str | None, error: str | None, call_right: bool, answer
     return f"Your last call {call} was right, but {verdict}. Make the call again."
 
 
+class MathOptions(EnvOptions):
+    ops: str = Field(OPS, min_length=1, description="Operators the generated problems (and the few-shot examples) use.")
+    format_bonus: float = Field(0.0, description="Local reward for a tool call that parses and runs, right or wrong.")
+
+
 class MathToolEnv(TurnEnv):
+    Options = MathOptions
     name = "math_tool_v0"
     layouts = {"multi": ("tool_caller", "verifier"), "single": ("solver",)}
 

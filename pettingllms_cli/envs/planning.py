@@ -28,7 +28,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
+from pydantic import Field
+
+from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import strip_tool_results
 from pettingllms_cli.tools.sandbox import run_python
@@ -74,7 +76,12 @@ def after_prefix(text: str, prefix: str) -> str:
     return text[i + len(prefix.strip()) :].strip() if i >= 0 else text.strip()
 
 
+class PlanningOptions(EnvOptions):
+    timeout: float = Field(2.0, gt=0, description="Seconds the tool agent's sandboxed program may run.")
+
+
 class PlanningEnv(TurnEnv):
+    Options = PlanningOptions
     layouts = {"multi": ("tool_agent", "plan_agent"), "single": ("planner",)}
     PLAN_PREFIX: str = "Moves: "
     PLAN_SYSTEM: str = ""

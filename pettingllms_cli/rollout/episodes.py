@@ -1,9 +1,50 @@
-"""The envs a batch of problems is played in, and the episode metrics training and evaluation share."""
+"""The envs a batch of problems is played in, the `Episode` record a rollout hands back for each, and the
+episode metrics training and evaluation share.
+
+A rollout returns records, not live envs: they are what is gathered across ranks, logged and
+reported, and they carry no env internals (turn cursor, tools, databases).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
 from pettingllms_cli.spec import Experiment
+
+
+@dataclass
+class Episode:
+    """What one played episode did."""
+
+    id: str  # the problem's id
+    question: str  # ids repeat across seeds and files; the content says what was played
+    success: bool  # the team solved the problem within `max_turns`
+    attempts: int | None  # attempts up to the one that solved it; None when unsolved (envs/base.py)
+    turns: int  # rounds played, an unfinished one counted
+    transcript: list[dict]  # every action with what the env made of it
+    intent_checks: list[bool]  # per action taken after an intent: did it agree? (coordination)
+    state: dict  # the env's `state()` at the end, as reports show it
+
+    @property
+    def intent_agreement(self) -> float | None:
+        """Share of the actions taken after an intent that agreed with it; None when no intent was declared."""
+        return sum(self.intent_checks) / len(self.intent_checks) if self.intent_checks else None
+
+
+def record(env: TurnEnv) -> Episode:
+    """The record of an episode played in `env`."""
+    turns = min(env.turn + (env.next_role > 0), env.max_turns)
+    return Episode(
+        env.problem.id,
+        env.problem.question,
+        bool(env.success),
+        env.attempts,
+        turns,
+        list(env.transcript),
+        list(env.intent_checks),
+        env.state(),
+    )
 
 
 def make_envs(spec: Experiment, problems: list[Problem]) -> list[TurnEnv]:
@@ -11,7 +52,7 @@ def make_envs(spec: Experiment, problems: list[Problem]) -> list[TurnEnv]:
     return [env_cls(p, spec.env.layout, spec.env.max_turns, spec.env.options) for p in problems]
 
 
-def episode_metrics(episodes: list[TurnEnv]) -> dict[str, float | None]:
+def episode_metrics(episodes: list[Episode]) -> dict[str, float | None]:
     """Success, attempts and turns; with the intent protocol, `intent_agreement` over all actions taken after an intent.
 
     `team_success_rate` is the share solved within the budget (`max_turns`); `mean_attempts_to_success`
@@ -24,7 +65,7 @@ def episode_metrics(episodes: list[TurnEnv]) -> dict[str, float | None]:
         "team_success_rate": sum(e.success for e in episodes) / n,
         "mean_attempts_to_success": sum(solved) / len(solved) if solved else None,
         "solved_episodes": len(solved),
-        "mean_turns": sum(min(e.turn + (e.next_role > 0), e.max_turns) for e in episodes) / n,
+        "mean_turns": sum(e.turns for e in episodes) / n,
     }
     checks = [agreed for e in episodes for agreed in e.intent_checks]
     if checks:

@@ -31,6 +31,7 @@ from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.sampling import base_seed, row_seed
 from pettingllms_cli.rollout import coordination
 from pettingllms_cli.rollout.credit import NOOP, combine, local_term, plays_on
+from pettingllms_cli.rollout.episodes import Episode, record
 from pettingllms_cli.rollout.roles import Assignment
 from pettingllms_cli.spec import Experiment
 
@@ -57,12 +58,12 @@ class Sample:
 @dataclass
 class Rollout:
     samples: list[Sample] = field(default_factory=list)
-    episodes: list[TurnEnv] = field(default_factory=list)  # the env each episode ended in
+    episodes: list[Episode] = field(default_factory=list)  # what each episode did (the tree's: its best branch)
     tokens: int = 0  # completion tokens generated
     seconds: float = 0.0  # wall time of sampling and stepping
     assignment: list[Assignment] = field(default_factory=list)  # role -> agent of each episode
     intents: list[Sample] = field(default_factory=list)  # trainable intent declarations (`parallel` + intent protocol)
-    on_policy: list[TurnEnv] = field(default_factory=list)  # one episode per problem played by the policy (on_policy_episodes)
+    on_policy: list[Episode] = field(default_factory=list)  # one episode per problem played by the policy (on_policy_episodes)
     on_policy_tokens: int = 0  # tokens sampled for those episodes beyond the tree's own (not in `tokens`, not trained)
     lookahead_tokens: int = 0  # of `tokens`: those sampled to play branches on to the turn's end (credit.py)
     lookahead_actions: int = 0  # the actions those play-outs sampled (not trained; not in `samples`)
@@ -250,7 +251,7 @@ def tree_rollout(
                 break
             later = roles[r + 1 :] if plays_on(spec, k) else ()  # the roles a candidate's branch is played on by
             _tree_step(team, spec, envs, role, later, turn, k, greedy, base, rollout)
-    rollout.episodes = envs
+    rollout.episodes = [record(env) for env in envs]
     return rollout
 
 
@@ -330,13 +331,13 @@ def parallel_rollout(
                 s.team_success = env.success
         rollout.samples += samples
         rollout.intents += declared
-    rollout.episodes = episodes
+    rollout.episodes = [record(env) for env in episodes]
     return rollout
 
 
 def on_policy_episodes(
     team: Sampler, spec: Experiment, envs: list[TurnEnv], tree: Rollout, greedy: bool = False
-) -> tuple[list[TurnEnv], int]:
+) -> tuple[list[Episode], int]:
     """One episode per env (fresh, unstepped) played by the policy itself, reusing the tree's draws where it can.
 
     The tree's episode keeps the best of K candidates at every action, so its success is best-of-K,
@@ -382,4 +383,4 @@ def on_policy_episodes(
                     texts[i] = action_text(observations[r], team.decode(agents[r], ids))
             for i in active:
                 episodes[i].step(role, texts[i])
-    return episodes, tokens + scratch.tokens
+    return [record(env) for env in episodes], tokens + scratch.tokens

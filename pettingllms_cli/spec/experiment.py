@@ -244,6 +244,7 @@ class Experiment(Strict):
             raise ValueError(f"env.name: unknown env {self.env.name!r}; known: {', '.join(sorted(ENVS))}")
         if self.env.layout not in env_cls.layouts:
             raise ValueError(f"env.layout: {self.env.name} has layouts {sorted(env_cls.layouts)}, not {self.env.layout!r}")
+        self._check_env_options(env_cls)
         env_roles = env_cls.layouts[self.env.layout]
         owner: dict[str, str] = {}
         for agent, a in self.agents.items():
@@ -274,6 +275,16 @@ class Experiment(Strict):
             if problem:
                 raise ValueError(f"models.{name}: {problem}")
         return self
+
+    def _check_env_options(self, env_cls: type) -> None:
+        """The env's typed options (`Options` on the env class): a misspelled or mistyped option is named."""
+        try:
+            env_cls.Options.model_validate(self.env.options)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(part) for part in err["loc"])
+            known = ", ".join(env_cls.Options.model_fields) or "none"
+            raise ValueError(f"env.options.{where}: {err['msg']} ({self.env.name} takes: {known})") from None
 
     def _check_team_options(self) -> None:
         from pettingllms_cli.envs import ENVS

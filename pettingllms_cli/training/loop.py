@@ -156,7 +156,7 @@ def train_locked(
                 stats = update(team, optimizers, [s for s in trainable if s.group not in dropped])  # loss + optimizer step
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
-                roles.record(whole.assignment, [float(env.success) for env in played])  # adaptive roles learn
+                roles.record(whole.assignment, [float(e.success) for e in played])  # adaptive roles learn
                 distilled = distill(team, optimizers, whole.samples, step)  # cross-agent distillation, every N steps
                 state = advance(state, stats)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)

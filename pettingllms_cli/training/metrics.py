@@ -21,8 +21,8 @@ def team_metrics(team: Team, roles: RoleAssigner, rollout: Rollout, distilled: d
         metrics[f"reward_env_local/{agent}"] = sum(own) / len(own) if own else 0.0
     played = rollout.on_policy or rollout.episodes  # success on-policy (docs/metrics.md), as adaptive roles learn it
     metrics["roles"] = [
-        {"problem": env.problem.id, "roles": dict(assignment), "success": bool(env.success)}
-        for assignment, env in zip(rollout.assignment, played, strict=True)
+        {"problem": e.id, "roles": dict(assignment), "success": e.success}
+        for assignment, e in zip(rollout.assignment, played, strict=True)
     ]
     metrics.update(roles.metrics())
     metrics.update(team.memory_mb())

@@ -96,7 +96,7 @@ def test_copy_is_independent():
 
 def test_single_layout_solver_answers_with_the_tool():
     env = _env("single", 1)
-    assert env.possible_agents == ("solver",)
+    assert env.roles == ("solver",)
     res = env.step("solver", env.reference_action("solver"))
     assert res.terminated and env.success
 

@@ -92,7 +92,7 @@ def test_every_env_accepts_the_noop_action():
         problem = env_cls.load_problems("generated", "test", 0, 1, {})[0]
         for layout in env_cls.layouts:
             env = env_cls(problem, layout, 1, {})
-            for role in env.possible_agents:  # later roles see the earlier roles' correct actions
+            for role in env.roles:  # later roles see the earlier roles' correct actions
                 res = env.copy().step(role, "")
                 assert res.team_reward == 0.0, (name, layout, role)
                 env.step(role, env.reference_action(role))

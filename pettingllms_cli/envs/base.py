@@ -81,8 +81,14 @@ class TurnEnv:
 
     # --- the contract -------------------------------------------------------------------
     @property
-    def possible_agents(self) -> tuple[str, ...]:
+    def roles(self) -> tuple[str, ...]:
+        """The layout's roles in turn order (who acts is the rollout's role -> agent assignment)."""
         return self.layouts[self.layout]
+
+    @property
+    def possible_agents(self) -> tuple[str, ...]:
+        """PettingZoo's name for `roles` (in PettingZoo the acting entities are agents; here they are roles)."""
+        return self.roles
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict[str, list[Message]]:
         if options:
@@ -99,7 +105,7 @@ class TurnEnv:
         self.intents: dict[str, str] = {}  # role -> intent declared this turn (coordination round)
         self.intent_checks: list[bool] = []  # per action taken after an intent: did it agree?
         self._reset_task()
-        return {role: self.observe(role) for role in self.possible_agents}
+        return {role: self.observe(role) for role in self.roles}
 
     def observe(self, role: str) -> list[Message]:
         raise NotImplementedError
@@ -125,7 +131,7 @@ class TurnEnv:
             self.solved_at_turn = self.turn
             self.solved_at_attempt = self.attempts_made
         self.next_role += 1
-        if self.next_role == len(self.possible_agents):
+        if self.next_role == len(self.roles):
             self.next_role = 0
             self.turn += 1
             self.intents = {}  # a new turn opens with a new intent round
@@ -165,7 +171,7 @@ class TurnEnv:
 
     @property
     def current_role(self) -> str:
-        return self.possible_agents[self.next_role]
+        return self.roles[self.next_role]
 
     def is_attempt(self, role: str) -> bool:
         """Whether `role`'s action (called before it steps) is an attempt when `_act` does not say.
@@ -175,7 +181,7 @@ class TurnEnv:
         make a team of R roles look R times slower by construction. Envs may override, or set
         `Outcome.attempt` per action (e.g. only tool calls that ran).
         """
-        return self.next_role == len(self.possible_agents) - 1
+        return self.next_role == len(self.roles) - 1
 
     @property
     def attempts(self) -> int | None:

@@ -101,7 +101,7 @@ def _corruptions(env: TurnEnv, role: str) -> list[str]:
 
 
 def _n_corruptions(env: TurnEnv) -> int:
-    return max(len(_corruptions(env, role)) for role in env.possible_agents)
+    return max(len(_corruptions(env, role)) for role in env.roles)
 
 
 def _corrupt(i: int) -> Callable[[TurnEnv, str], str]:
@@ -130,10 +130,11 @@ def _is_messages(obs: object) -> bool:
 
 
 def _check_contract(env: TurnEnv, roles: tuple[str, ...]) -> bool:
-    agents = env.possible_agents
-    assert isinstance(agents, tuple) and agents == roles and all(isinstance(r, str) for r in agents), "possible_agents"
+    own = env.roles
+    assert isinstance(own, tuple) and own == roles and all(isinstance(r, str) for r in own), "roles"
+    assert env.possible_agents == own, "possible_agents (the PettingZoo name) must be the roles"
     first = env.reset(seed=0)
-    assert isinstance(first, dict) and set(first) == set(agents), "reset() must return one observation per role"
+    assert isinstance(first, dict) and set(first) == set(own), "reset() must return one observation per role"
     assert all(_is_messages(o) for o in first.values()), "observations must be lists of chat messages"
     while not env.done:
         role = env.current_role

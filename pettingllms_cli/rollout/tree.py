@@ -117,7 +117,7 @@ def _declare_intents(
     if spec.coordination.protocol != "intent":
         return declared
     active = [i for i, env in enumerate(envs) if not env.done]
-    for role in envs[0].possible_agents if envs else ():
+    for role in envs[0].roles if envs else ():
         observations = [coordination.intent_prompt(envs[i].observe(role), envs[i].intents) for i in active]
         agents = [agents_of[i][role] for i in active]
         seeds = [row_seed(*seed_keys[i], role, turn, "intent") for i in active]
@@ -245,7 +245,7 @@ def tree_rollout(
     for turn in range(spec.env.max_turns):
         keys = [(base, env.problem.id) for env in envs]
         _declare_intents(team, spec, envs, rollout.assignment, keys, turn, greedy, rollout)
-        roles = envs[0].possible_agents
+        roles = envs[0].roles
         for r, role in enumerate(roles):
             if all(env.done for env in envs):
                 break
@@ -299,7 +299,7 @@ def parallel_rollout(
         declared = _declare_intents(team, spec, episodes, rollout.assignment, keys, turn, False, rollout)
         for i, own in enumerate(declared):
             intents[i] += own
-        roles = episodes[0].possible_agents
+        roles = episodes[0].roles
         turn_end = [0.0] * len(episodes)  # each episode's team reward after its latest action of this turn
         pending: list[tuple[int, Sample, StepResult, float]] = []  # difference credit settled at the turn's end
         for r, role in enumerate(roles):
@@ -358,7 +358,7 @@ def on_policy_episodes(
     for turn in range(spec.env.max_turns):
         keys = [(base, env.problem.id, "on_policy") for env in episodes]
         _declare_intents(team, spec, episodes, tree.assignment, keys, turn, greedy, scratch)
-        for role in episodes[0].possible_agents if episodes else ():
+        for role in episodes[0].roles if episodes else ():
             active = [i for i, env in enumerate(episodes) if not env.done]
             observations = [episodes[i].view(role) for i in active]
             agents = [tree.assignment[i][role] for i in active]

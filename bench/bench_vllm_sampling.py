@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import time
 import warnings
@@ -72,6 +73,7 @@ def main() -> None:
         print("vLLM is not installed: nothing to compare. `make setup-vllm`, then run this with .venv-vllm/bin/python")
         return
     warnings.filterwarnings("ignore")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout keeps only the figures
     lengths = args.tokens or ([64] if args.quick else [64, 256])
     problems = args.problems or (2 if args.quick else 4)
     repeats = args.repeats or (1 if args.quick else 2)

@@ -23,15 +23,16 @@ most `max_new_tokens` per action: tree sampling itself samples R*K actions; a ro
 R-1-i for the no-op's play-out under `difference`. `turn_end`: K*R(R-1)/2 (+ R(R-1)/2) in all.
 `deferred` on the built-in envs, whose only deferred roles are the first of two
 (`function_call_v0` planner, `code_v0` tester): K more (3K instead of 2K, x1.5, + 1 under
-`difference`) there, nothing for the other envs. One role, or K = 1 (evaluation): nothing. Those actions count in
-`tokens_generated` (and `Rollout.lookahead_tokens`) and are not trained: one sample per
+`difference`) there, nothing for envs without deferred roles. One role, or K = 1 (evaluation):
+nothing. Those actions count in `tokens_generated` (and `Rollout.lookahead_tokens`,
+`Rollout.lookahead_actions`) and are not trained: one sample per
 candidate is not a group. Envs that score by running code (code_v0) also run the sandbox once per
 play-out.
 
 Under `parallel` rollouts the team term is the episode's final success already; with `difference`
-the no-op is played on to the turn's end with the seeds of the episode's own later actions
-(R(R-1)/2 extra actions per episode and turn) and compared with the team reward the episode itself
-had at that turn's end.
+the no-op of a played-on role is played on to the turn's end with the seeds of the episode's own
+later actions (R-1-i extra actions per episode and turn for the role at position i) and compared
+with the team reward the episode itself had at that turn's end.
 
 Not chosen: returning the chosen branch's later outcome (discounted) to the earlier roles. Only the
 chosen candidate has a later outcome, so it cannot tell the K candidates of a group apart.

@@ -34,7 +34,12 @@ STEPS=(
   "quickstart|150|$PY -m pettingllms_cli train experiments/quickstart.yaml --out $OUT/quickstart --overwrite --max-steps 2 --set models.smol.dtype=bfloat16"
   "bench_vs_trl|180|$PY bench/bench_vs_trl.py --quick"
 )
-if [[ -n "$VLLM_BENCH" ]]; then
+VLLM_SKIP=""  # why the vLLM bench does not run, if it does not
+if [[ -z "$VLLM_BENCH" ]]; then
+  VLLM_SKIP="no bench/bench_vllm*.py"
+elif [[ ! -x "$VLLM_PY" ]]; then
+  VLLM_SKIP="no $VLLM_PY (make setup-vllm, or set VLLM_PY=...)"
+else
   STEPS+=("vllm|90|$VLLM_PY $VLLM_BENCH --quick")
 fi
 
@@ -43,7 +48,7 @@ if [[ $DRY == 1 ]]; then
     IFS='|' read -r name limit cmd <<<"$step"
     echo "would run ($name, at most ${limit}s): $cmd"
   done
-  [[ -z "$VLLM_BENCH" ]] && echo "would skip the vLLM sampler bench: no bench/bench_vllm*.py"
+  [[ -n "$VLLM_SKIP" ]] && echo "would skip the vLLM sampler bench: $VLLM_SKIP"
   echo "would report: gpu_name, <run>_seconds_per_step, <run>_tokens_per_second, <run>_eval_seconds, speedup_vs_trl, <run>_cuda_peak_mb, gpu_peak_memory_mb"
   exit 0
 fi
@@ -53,6 +58,7 @@ if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
   exit 1
 fi
 mkdir -p "$OUT"
+[[ -n "$VLLM_SKIP" ]] && echo "vllm_skipped=\"$VLLM_SKIP\"" >&2
 echo "gpu_name=$("$PY" -c 'import torch; print(torch.cuda.get_device_name(0).replace(" ", "_"))')"
 
 POLL_PID=""

@@ -70,6 +70,8 @@ def train(
     _check_models(experiment)
     if force and not resume:
         raise UserError("--force only applies with --resume (to continue a run with a changed spec)")
+    if resume and overwrite:  # before the lock, which creates the run directory
+        raise UserError("--resume and --overwrite contradict each other: --resume continues the run, --overwrite deletes it")
     from pettingllms_cli.training.loop import train as run_training
 
     run_dir = out or experiment.run_dir
@@ -167,7 +169,7 @@ def envs_check(
         raise UserError(f"env {name!r} is not registered; known: {', '.join(sorted(ENVS))}")
     report = check_env(ENVS[name], data=data, limit=limit, seed=seed)
     for failure in report.failures:
-        console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False)
+        console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False, soft_wrap=True)
     console.print(f"{report.passed} passed, {report.failed} failed")
     if not report.ok:
         raise typer.Exit(1)

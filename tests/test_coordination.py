@@ -105,9 +105,7 @@ def test_every_role_declares_before_anyone_acts_and_sees_earlier_intents(smoke_t
     team = ScriptedTeam(INTENTS, ACTIONS)
     rollout = tree_rollout(team, spec, [env(spec)], k=2)
     kinds = [(kind, role) for kind, role, _ in team.seen]
-    acts = [("action", "tool_caller"), *[("action", "verifier")] * 3]  # the caller's 2 candidates' play-outs, the verifier
-    assert kinds == [("intent", "tool_caller"), ("intent", "verifier"), *acts]
-    assert "tool_caller: compute 12+7" in team.seen[3][2][-2]["content"]  # a play-out sees the turn's intents too
+    assert kinds == [("intent", "tool_caller"), ("intent", "verifier"), ("action", "tool_caller"), ("action", "verifier")]
     verifier_intent_prompt = team.seen[1][2][-2]["content"]
     assert "tool_caller: compute 12+7" in verifier_intent_prompt and coordination.ASK in verifier_intent_prompt
     caller_action_prompt = team.seen[2][2]
@@ -116,6 +114,17 @@ def test_every_role_declares_before_anyone_acts_and_sees_earlier_intents(smoke_t
     episode = rollout.episodes[0]
     assert episode.success and episode.intent_agreement == 1.0
     assert rollout.intents == []  # tree: intents condition the groups but are not trained
+
+
+def test_a_play_out_sees_the_turns_intents(smoke_tree):
+    spec = spec_with(smoke_tree)
+    spec = spec.model_copy(update={"reward": spec.reward.model_copy(update={"team_signal": "turn_end"})})
+    team = ScriptedTeam(INTENTS, ACTIONS)
+    tree_rollout(team, spec, [env(spec)], k=2)
+    kinds = [(kind, role) for kind, role, _ in team.seen]
+    acts = [("action", "tool_caller"), *[("action", "verifier")] * 3]  # the caller's 2 candidates' play-outs, the verifier
+    assert kinds == [("intent", "tool_caller"), ("intent", "verifier"), *acts]
+    assert "tool_caller: compute 12+7" in team.seen[3][2][-2]["content"]
 
 
 def test_parallel_trains_intents_with_their_episodes_reward(smoke_tree):

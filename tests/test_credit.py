@@ -96,7 +96,7 @@ def test_parallel_difference_credit_plays_the_noop_on(smoke_tree):
 def test_difference_with_immediate_signal_names_the_deferred_roles(smoke_tree):
     tree = _spec(smoke_tree).model_dump()
     tree["reward"] |= {"credit": "difference", "team_signal": "immediate"}
-    with pytest.raises(UserError, match=r"\['planner'\] of function_call_v0 \(multi\) exactly 0.*team_signal: turn_end"):
+    with pytest.raises(UserError, match=r"\['planner'\] of function_call_v0 \(multi\) exactly 0.*team_signal: deferred"):
         parse_spec(tree)
 
 
@@ -106,3 +106,19 @@ def test_difference_with_a_role_that_has_no_noop_is_refused(smoke_tree, monkeypa
     tree["reward"]["credit"] = "difference"
     with pytest.raises(UserError, match=r"role\(s\) \['caller'\] of function_call_v0 \(multi\) have none"):
         parse_spec(tree)
+
+
+def test_deferred_plays_on_only_the_envs_deferred_roles(smoke_tree):
+    """Default `deferred`: the math caller moves the team reward itself, so it costs no play-out; `turn_end` plays it on."""
+    from pettingllms_cli.envs.math_tool import MathToolEnv
+
+    problem = Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"})
+    script = {"tool_caller": ['12+7"}}</tool_call>', "xx"], "verifier": ["19", "5"]}
+    role_of = lambda m: "verifier" if m[0]["content"].startswith("Check") else "tool_caller"  # noqa: E731
+    tree = copy.deepcopy(smoke_tree)
+    tree["env"]["max_turns"], tree["algorithm"]["group_size"] = 1, 2
+    for signal, actions in (("deferred", 0), ("turn_end", 2)):
+        tree["reward"]["team_signal"] = signal
+        spec = parse_spec(tree)
+        rollout = tree_rollout(ScriptedTeam(script, role_of), spec, [MathToolEnv(problem, "multi", 1, {})], k=2)
+        assert rollout.lookahead_actions == actions, signal

@@ -130,7 +130,10 @@ class VllmSampler:
         return pushed
 
     def close(self) -> None:
-        """Remove the pushed adapter folders (the engines end with the process)."""
+        """Stop the engine processes and remove the pushed adapter folders."""
+        for engine in self.engines.values():
+            engine.llm_engine.engine_core.shutdown()
+        self.engines = {}
         shutil.rmtree(self.root, ignore_errors=True)
 
     # --- the sampler interface ----------------------------------------------------------------

@@ -3,10 +3,10 @@
 `tree` (AT-GRPO): at each (turn, role), K candidates per env, each stepped on a copy of the
 env; the K share one prompt and form the group (problem, role, turn); the episode continues
 from the best branch. Roles act in turn order, so role i+1 sees role i's chosen action.
-A candidate's team term is the team reward its branch reaches at the end of the turn, when one
-sample per later role plays it on (`play_out`, `reward.team_signal: turn_end`; credit.py has the
-design and its token cost); the play-outs are scored, not trained, and the groups stay (problem,
-role, turn).
+The candidates of a role whose effect comes later (`deferred_roles`; every role under
+`reward.team_signal: turn_end`) get the team reward their branch reaches at the end of the turn,
+when one sample per later role plays it on (`play_out`; credit.py has the design and its token
+cost); the play-outs are scored, not trained, and the groups stay (problem, role, turn).
 Each episode has its own role -> agent assignment (roles.py); the default is the static one.
 `parallel`: K independent episodes per problem; an agent's samples are scored by their
 episode's final reward and grouped by (problem, agent).
@@ -249,7 +249,7 @@ def tree_rollout(
         for r, role in enumerate(roles):
             if all(env.done for env in envs):
                 break
-            later = roles[r + 1 :] if plays_on(spec, k) else ()  # the roles a candidate's branch is played on by
+            later = roles[r + 1 :] if plays_on(spec, k, role, envs[0]) else ()  # the roles that play a branch on
             _tree_step(team, spec, envs, role, later, turn, k, greedy, base, rollout)
     rollout.episodes = [record(env) for env in envs]
     return rollout
@@ -277,7 +277,7 @@ def _parallel_noops(
     noops = [_stepped(episodes[i], role, NOOP) for i in active]
     ids = [episodes[i].problem.id for i in active]
     seed_of = lambda j, later_role: row_seed(base, ids[j], later_role, turn, active[j] % k)  # noqa: E731  the episode's own draw
-    later = later if plays_on(spec, k) else ()
+    later = later if plays_on(spec, k, role, episodes[0]) else ()
     outcome, _ = play_out(team, spec, noops, [rollout.assignment[i] for i in active], seed_of, later, False, rollout)
     return dict(zip(active, outcome, strict=True))
 
@@ -318,7 +318,7 @@ def parallel_rollout(
                 sample = _sample(agent, role, turn, (env.problem.id, agent), prompt, ids, text, obs, res)
                 sample.local_reward = _local(spec, res, res.team_reward, noop_of.get(i))
                 per_episode[i].append(sample)
-                if i in noop_of and plays_on(spec, k):
+                if i in noop_of and plays_on(spec, k, role, env):
                     pending.append((i, sample, res, noop_of[i]))
         for i, sample, res, noop in pending:  # the action's team outcome: the episode's team reward at the turn's end
             sample.local_reward = _local(spec, res, turn_end[i], noop)

@@ -78,14 +78,15 @@ class RewardSpec(Strict):
         "agent's action minus the team outcome of a no-op (empty) action in the same state, played on the same way "
         "(see team_signal), so an action that does not change the team outcome earns 0. Needs a no-op for every role.",
     )
-    team_signal: Literal["turn_end", "immediate"] = Field(
-        "turn_end",
-        description="The team outcome an action is credited with. `turn_end`: under `tree`, each of the K candidates' "
+    team_signal: Literal["deferred", "turn_end", "immediate"] = Field(
+        "deferred",
+        description="The team outcome an action is credited with. `deferred`: for roles whose action only matters once "
+        "later roles act (the env's deferred_roles: function_call_v0 planner, code_v0 tester), each of the K candidates' "
         "branches is played on to the end of the turn with one sample per later role (batched; one problem's play-outs "
-        "share seeds) and scored there, so a planner or tester, whose action only matters once later roles act, is told "
-        "apart by what it causes. Cost: K*R(R-1)/2 extra sampled actions per problem and turn for R roles (two roles: "
-        "x1.5 tokens), + R(R-1)/2 for the no-op under `difference`; not trained; none with one role. `immediate`: the "
-        "team reward right after the action (no extra samples; stale for roles whose effect comes later).",
+        "share seeds) and scored there; other roles get the team reward right after their action. `turn_end`: every "
+        "role but the turn's last is played on. Cost: K*(R-1-i) extra sampled actions per problem and turn for the "
+        "role at position i of R (two roles: x1.5 tokens), + R-1-i for the no-op under `difference`; not trained; "
+        "none with one role. `immediate`: never played on (no extra samples; stale for deferred roles).",
     )
 
 
@@ -320,7 +321,7 @@ class Experiment(Strict):
         if deferred and self.reward.team_signal == "immediate":
             raise ValueError(
                 f"reward.credit: `difference` with team_signal `immediate` gives role(s) {deferred} of {where} exactly 0: "
-                "their action changes the team reward only once a later role acts; use team_signal: turn_end"
+                "their action changes the team reward only once a later role acts; use team_signal: deferred or turn_end"
             )
 
     @property

@@ -1,0 +1,113 @@
+"""The same sampling work through the built-in sampler (HF, `Team.sample_mixed`) and vLLM (`VllmSampler`), in one run.
+
+    .venv-vllm/bin/python bench/bench_vllm_sampling.py [--quick] [--tokens 64 256] [--problems N]
+
+SmolLM2-135M-Instruct (fp32), two agents (tool caller and verifier, LoRA r=16, B drawn non-zero
+so each adapter changes the tokens) on one base, each given the tool caller's prompt of N math
+problems; K = 8 seeded samples per prompt at temperature 1, in one mixed-adapter call per side.
+Each side's tokens/s counts the tokens it generated (completions stop at EOS, so the two counts
+differ a little) over the median of its timed repeats; vLLM's engine start is timed apart and
+not counted. The CPU engine runs with enforce_eager (no torch.compile).
+
+Last line: `vllm_over_hf=<vLLM tokens/s over HF tokens/s>` at the longest completion length.
+Without vLLM it prints how to install it and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import time
+import warnings
+
+import torch
+
+K = 8
+
+
+def make_team():
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "bench_vllm",
+            "env": {"name": "math_tool_v0", "layout": "multi"},
+            "models": {"smol": {"source": "smollm2-135m-instruct", "dtype": "float32", "quantization": "none"}},
+            "agents": {
+                "caller": {"model": "smol", "roles": ["tool_caller"], "lora": {"r": 16, "alpha": 32}},
+                "verifier": {"model": "smol", "roles": ["verifier"], "lora": {"r": 16, "alpha": 32}},
+            },
+        }
+    )
+    team = Team(spec)
+    with torch.no_grad():
+        torch.manual_seed(0)
+        for name, p in team.models["smol"].named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
+    return team
+
+
+def timed(fn, repeats: int) -> tuple[float, int]:
+    """Median seconds of `repeats` calls and the tokens the last one generated."""
+    seconds, tokens = [], 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        seconds.append(time.perf_counter() - start)
+        tokens = sum(len(c) for row in out for c in row)
+    return statistics.median(seconds), tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="64 new tokens, 2 problems per agent, 1 repeat")
+    parser.add_argument("--tokens", type=int, nargs="+", default=None, help="completion lengths (default 64 256)")
+    parser.add_argument("--problems", type=int, default=None, help="problems per agent (default 4)")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per side (default 2)")
+    args = parser.parse_args()
+    if importlib.util.find_spec("vllm") is None:
+        print("vLLM is not installed: nothing to compare. `make setup-vllm`, then run this with .venv-vllm/bin/python")
+        return
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout keeps only the figures
+    lengths = args.tokens or ([64] if args.quick else [64, 256])
+    problems = args.problems or (2 if args.quick else 4)
+    repeats = args.repeats or (1 if args.quick else 2)
+
+    from pettingllms_cli.envs.math_tool import generate_problems
+    from pettingllms_cli.policy.vllm_sampler import VllmSampler
+    from pettingllms_cli.rollout.episodes import make_envs
+    from pettingllms_cli.spec.sampler_settings import VllmSettings
+
+    team = make_team()
+    envs = make_envs(team.spec, generate_problems(0, 2 * problems, "bench"))
+    agents = ["caller" if i % 2 == 0 else "verifier" for i in range(len(envs))]
+    prompts = [team.encode(a, env.view("tool_caller")) for a, env in zip(agents, envs, strict=True)]
+    seeds = list(range(len(prompts)))
+    start = time.perf_counter()
+    sampler = VllmSampler(team, VllmSettings(enforce_eager=True, cpu_kv_cache_gib=1.0, max_model_len=1024))
+    print(f"vllm_engine_start_seconds={time.perf_counter() - start:.1f}")
+    mean_prompt = sum(map(len, prompts)) // len(prompts)
+    print(f"# {len(prompts)} prompts (~{mean_prompt} tokens) x K={K}, 2 adapters, torch threads={torch.get_num_threads()}")
+    ratio = float("nan")
+    for n in lengths:
+        hf = lambda n=n: team.sample_mixed(agents, prompts, K, n, 1.0, seeds=seeds)  # noqa: E731
+        vl = lambda n=n: sampler.sample_mixed(agents, prompts, K, n, 1.0, seeds=seeds)  # noqa: E731
+        vl()  # warm-up: the first call loads the adapters into the engine
+        hf_s, hf_tokens = timed(hf, repeats)
+        vl_s, vl_tokens = timed(vl, repeats)
+        ratio = (vl_tokens / vl_s) / (hf_tokens / hf_s)
+        print(f"max_new_tokens={n}: hf {hf_tokens} tokens in {hf_s:.1f} s, vllm {vl_tokens} tokens in {vl_s:.1f} s")
+        print(f"hf_tokens_per_second_{n}={hf_tokens / hf_s:.1f}")
+        print(f"vllm_tokens_per_second_{n}={vl_tokens / vl_s:.1f}")
+        print(f"vllm_over_hf_{n}={ratio:.3f}")
+    sampler.close()
+    print(f"vllm_over_hf={ratio:.3f}")
+
+
+if __name__ == "__main__":  # vLLM spawns its engine process
+    main()

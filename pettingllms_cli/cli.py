@@ -105,12 +105,9 @@ def _check_data(experiment) -> int:
 
 
 def _check_models(experiment) -> None:
-    from pettingllms_cli.models.loader import nf4_problem, source_problem
+    from pettingllms_cli.models.loader import check_models  # imported here: torch loads only for commands that need it
 
-    for name, model in experiment.models.items():
-        problem = source_problem(model.source) or nf4_problem(model)
-        if problem:
-            raise UserError(f"models.{name}.source: {problem}")
+    check_models(experiment.models)
 
 
 @app.command()

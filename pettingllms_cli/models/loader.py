@@ -141,6 +141,15 @@ def resolve(source: str) -> Path | str:
     raise UserError(f"model source {source!r} is not a built-in alias, a folder, a .gguf file or a hub id")
 
 
+def check_models(models: dict[str, ModelSpec]) -> None:
+    """`validate` and `train`, before any weight loads: each model's source resolves and nf4 can quantize it
+    (the spec itself has checked what needs no files: spec/experiment.py `model_problem`)."""
+    for name, model in models.items():
+        problem = source_problem(model.source) or nf4_problem(model)
+        if problem:
+            raise UserError(f"models.{name}.source: {problem}")
+
+
 def source_problem(source: str) -> str | None:
     """Why a source cannot load, checked without loading any weights (for `validate`)."""
     builtin = BUILTINS.get(source)

@@ -7,13 +7,13 @@ and by how much, whether the 95% intervals separate, and at what compute each ar
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
 from rich.table import Table
 
 from pettingllms_cli import distributed
 from pettingllms_cli.analysis.plots import fmt, html_images, html_page, html_table, line_plot, md_table
+from pettingllms_cli.jsonio import write_json
 
 ROW_HEADERS = [
     "spec",
@@ -174,8 +174,7 @@ def describe(result: dict) -> str:
 def write_outputs(out: Path, result: dict) -> None:
     if not distributed.is_main():
         return  # rank 0 alone writes
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(result, indent=2, default=str))
+    write_json(out / "compare.json", result, then="choose another --out")
     title = "Compare: " + " vs ".join(r["spec"] for r in result["rows"])
     rows = [row_cells(r) for r in result["rows"]]
     ratio_rows = [ratio_cells(r) for r in result["ratios"]]

@@ -15,7 +15,6 @@ problems' content and the checkpoint, so a second call neither retrains nor re-s
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import yaml
@@ -108,10 +107,9 @@ def train_eval(spec: Experiment, run_dir: Path, name: str, problems: list[Proble
     """train's own eval_before/eval_after.json when train scored these very problems (same content) greedily."""
     from pettingllms_cli.analysis.evaluate import eval_problems
 
-    path = run_dir / name
-    if not path.is_file():
+    scored = read_json(run_dir / name)  # None: missing, or damaged (scored again)
+    if scored is None:
         return None
-    scored = json.loads(path.read_text())
     own = eval_problems(spec, "test", spec.seed, spec.env.eval_problems)  # what train scored
     same = problems_fingerprint(own) == problems_fingerprint(problems)
     return scored if same and scored.get("decoding") == "greedy" else None

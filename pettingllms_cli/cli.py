@@ -200,7 +200,8 @@ def eval_(
     if temperature is not None and temperature <= 0:
         raise UserError(f"--temperature {temperature}: must be > 0; omit it for greedy decoding")
     _check_models(resolve_target(target).spec)
-    from pettingllms_cli.training.rundir import run_dir_of, writer_lock
+    from pettingllms_cli.training.lock import writer_lock
+    from pettingllms_cli.training.rundir import run_dir_of
 
     into_run = run_dir_of(out) if out is not None else None  # --out inside a run directory: one writer at a time
     with writer_lock(into_run, "then run this eval again") if into_run else contextlib.nullcontext():

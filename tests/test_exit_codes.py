@@ -46,7 +46,7 @@ def sets(*items: str) -> list[str]:
 
 def lock_held(run_dir: Path) -> bool:
     """Whether some process holds the run directory's writer lock."""
-    from pettingllms_cli.training.rundir import LOCK_FILE
+    from pettingllms_cli.training.lock import LOCK_FILE
 
     try:
         fd = os.open(run_dir / LOCK_FILE, os.O_RDWR)

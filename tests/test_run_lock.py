@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.training.rundir import LOCK_FILE, acquire_lock, release_lock, writer_lock
+from pettingllms_cli.training.lock import LOCK_FILE, acquire_lock, release_lock, writer_lock
 from tests.conftest import FAST
 from tests.test_exit_codes import lock_held, run, sets, start, wait_until
 
@@ -24,7 +24,7 @@ SMOKE = ROOT / "experiments" / "smoke.yaml"
 STEPS = 4
 TRAIN = ["train", str(SMOKE), *sets(*FAST, f"train.steps={STEPS}", "train.checkpoint_every=1")]
 
-HOLD = "import sys, time; from pathlib import Path; from pettingllms_cli.training.rundir import acquire_lock; \
+HOLD = "import sys, time; from pathlib import Path; from pettingllms_cli.training.lock import acquire_lock; \
 acquire_lock(Path(sys.argv[1]), 'then retry'); print('held', flush=True); time.sleep(600)"
 
 

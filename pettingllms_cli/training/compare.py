@@ -308,7 +308,7 @@ def compare(
     data: str | None = None,
 ) -> dict:
     """Train (or reuse) every spec x seed at levelled compute, score all on one held-out set, write the three files."""
-    from pettingllms_cli.training.rundir import writer_lock
+    from pettingllms_cli.training.lock import writer_lock
 
     console = console or Console()
     if seeds < 1:

@@ -2,7 +2,7 @@
 
 Reliability promises (tested in tests/test_resume.py, test_determinism.py, test_guards.py,
 test_signals.py, test_run_lock.py, test_damage.py):
-- One writer: the run holds the run directory's lock (rundir.writer_lock) from start to end; a
+- One writer: the run holds the run directory's lock (lock.py) from start to end; a
   second train, `--resume` or `--overwrite` on it is refused with the holder's pid.
 - Resume: `--resume` restores the newest checkpoint that loads (adapters, AdamW states, RNG
   states, data cursor, skip counters; past a damaged one to the one before) and cuts
@@ -63,8 +63,9 @@ from pettingllms_cli.training.checkpoint import (
     usable_checkpoint,
 )
 from pettingllms_cli.training.graceful import GracefulStop, StopNow
+from pettingllms_cli.training.lock import writer_lock
 from pettingllms_cli.training.metrics import team_metrics
-from pettingllms_cli.training.rundir import prepare_run_dir, spec_changes, truncate_metrics, write_spec, writer_lock
+from pettingllms_cli.training.rundir import prepare_run_dir, spec_changes, truncate_metrics, write_spec
 
 WALL_CLOCK_KEYS = (  # vary run to run
     "seconds",

@@ -4,12 +4,8 @@ Reliability promises (tested in tests/test_resume.py, test_determinism.py, test_
 test_signals.py, test_run_lock.py, test_damage.py):
 - One writer: the run holds the run directory's lock (lock.py) from start to end; a
   second train, `--resume` or `--overwrite` on it is refused with the holder's pid.
-- Resume: `--resume` restores the newest checkpoint that loads (adapters, AdamW states, RNG
-  states, data cursor, skip counters; past a damaged one to the one before) and cuts
-  `metrics.jsonl` back to its step, so a run killed at any moment and resumed ends like an
-  uninterrupted one. A spec that differs from spec.yaml or from the checkpoint's own is refused
-  unless `--force`; spec.yaml changes only once the checkpoint has loaded; every resume is
-  appended to `resumes.jsonl`.
+- Resume (resume.py): `--resume` restores the newest checkpoint that loads and cuts `metrics.jsonl`
+  back to its step, so a run killed at any moment and resumed ends like an uninterrupted one.
 - Determinism: every step reseeds torch from (seed, step) and picks its problems as a pure
   function of (seed, step), so on CPU the same spec and seed give the same metrics (except the
   wall-clock fields in `WALL_CLOCK_KEYS`) and the same adapters. On GPU, cuBLAS/cuDNN kernels
@@ -27,9 +23,6 @@ import hashlib
 import random
 import shlex
 import time
-from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +42,7 @@ from pettingllms_cli.envs.loading import load_split, problems_fingerprint
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import append_jsonl, clean_metrics, read_json, write_json
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.rollout.episodes import episode_metrics, make_envs
+from pettingllms_cli.rollout.episodes import make_envs
 from pettingllms_cli.rollout.roles import RoleAssigner
 from pettingllms_cli.rollout.tree import Rollout, Sample, on_policy_episodes, parallel_rollout, tree_rollout
 from pettingllms_cli.spec import Experiment
@@ -57,15 +50,13 @@ from pettingllms_cli.training.checkpoint import (
     STATE_FILE,
     check_disk_space,
     latest_checkpoint,
-    load_checkpoint,
-    remove_stale,
     save_checkpoint,
-    usable_checkpoint,
 )
 from pettingllms_cli.training.graceful import GracefulStop, StopNow
 from pettingllms_cli.training.lock import writer_lock
-from pettingllms_cli.training.metrics import team_metrics
-from pettingllms_cli.training.rundir import prepare_run_dir, spec_changes, truncate_metrics, write_spec
+from pettingllms_cli.training.metrics import heldout_metrics, step_metrics, team_metrics
+from pettingllms_cli.training.resume import Learner, RunState, resume_everywhere
+from pettingllms_cli.training.rundir import prepare_run_dir
 
 WALL_CLOCK_KEYS = (  # vary run to run
     "seconds",
@@ -76,23 +67,6 @@ WALL_CLOCK_KEYS = (  # vary run to run
     "heldout_seconds",
 )
 TRAIN_POOL = 10_000  # training problems drawn from; fixed so that extending train.steps keeps the data order
-
-
-@dataclass
-class Learner:
-    """What the loop trains and checkpoints: the adapters (on their bases), their optimizers, the role assignment."""
-
-    team: Team
-    optimizers: dict[str, torch.optim.Optimizer]
-    roles: RoleAssigner
-
-
-@dataclass
-class RunState:
-    """What the loop carries from one step to the next (saved in every checkpoint)."""
-
-    step: int = 0  # steps done
-    skipped_in_a_row: dict[str, int] = field(default_factory=dict)  # agent -> consecutive skipped updates
 
 
 def train(
@@ -246,77 +220,6 @@ def epoch_order(size: int, n: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
-# --- resume ---------------------------------------------------------------------------------
-def resume_state(
-    learner: Learner, spec: Experiment, run_dir: Path, train_problems: list[Problem], changes: dict, force: bool, console: Console
-) -> RunState:
-    """Restore the newest complete checkpoint (if any), cut metrics.jsonl back to it, log the resume."""
-    for leftover in remove_stale(run_dir):
-        console.print(f"removed {leftover.name}: a checkpoint write that was interrupted")
-    checkpoint, saved, skipped = usable_checkpoint(run_dir, sorted(spec.agents))
-    for note in skipped:
-        console.print(f"{note}; resuming from an earlier checkpoint", markup=False, highlight=False)
-    if checkpoint is None or saved is None:
-        console.print(f"{run_dir}: no complete checkpoint yet; starting from step 0", markup=False, highlight=False)
-        truncate_metrics(run_dir / "metrics.jsonl", 0)
-        write_spec(run_dir, spec)
-        return RunState()
-    changes = {**changes, **checkpoint_spec_changes(checkpoint, saved, spec, force)}
-    old_data, new_data = saved.get("data", {}).get("fingerprint"), problems_fingerprint(train_problems)
-    if old_data != new_data:
-        if not force:
-            raise UserError(f"{checkpoint}: env.data changed since this checkpoint (other problems); restore it or add --force")
-        changes = {**changes, "data": (old_data, new_data)}
-    load_checkpoint(
-        learner.team, learner.optimizers, checkpoint, saved
-    )  # a misfit (another LoRA rank) fails here, before spec.yaml changes
-    write_spec(run_dir, spec)
-    truncate_metrics(run_dir / "metrics.jsonl", saved["step"])
-    if saved["step"] < spec.train.steps:
-        (run_dir / "eval_after.json").unlink(missing_ok=True)  # it will describe the longer run
-    else:
-        console.print(f"{checkpoint.name} reached train.steps={spec.train.steps}: nothing to train; raise --max-steps to go on")
-    record = {"time": _now(), "from_step": saved["step"], "steps": spec.train.steps, "forced": bool(changes), "changes": changes}
-    append_jsonl(run_dir / "resumes.jsonl", record)
-    forced = f" with --force ({len(changes)} change(s))" if changes else ""
-    console.print(f"resuming {run_dir} from {checkpoint.name}{forced}", markup=False, highlight=False)
-    learner.roles.load_state_dict(saved.get("roles"))  # adaptive role-assignment statistics
-    return RunState(saved["step"], dict(saved.get("skipped_in_a_row", {})))
-
-
-def checkpoint_spec_changes(checkpoint: Path, saved: dict, spec: Experiment, force: bool) -> dict:
-    """Fields where the spec differs from the one the checkpoint was trained with; refused without --force.
-
-    spec.yaml can have been edited or replaced since, so the checkpoint's own copy is the reference.
-    """
-    if not isinstance(saved.get("spec"), dict):
-        return {}  # a checkpoint from before specs were saved in them
-    changes = spec_changes(saved["spec"], spec.model_dump(mode="json"))
-    if changes and not force:
-        listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:4])
-        raise UserError(
-            f"{checkpoint}: trained with a different spec ({listed}); resume with the spec it was trained with, "
-            "or add --force to continue with this one"
-        )
-    return changes
-
-
-def resume_everywhere(
-    learner: Learner, spec: Experiment, run_dir: Path, train_problems: list[Problem], changes: dict, force: bool, console: Console
-) -> RunState:
-    """Rank 0 restores the checkpoint and trims the run's files; the other ranks then load the same checkpoint."""
-    state = distributed.on_main(resume_state, learner, spec, run_dir, train_problems, changes, force, console)
-    if not distributed.is_main() and state.step > 0:
-        folder = run_dir / "checkpoints" / f"step_{state.step}"
-        saved = load_checkpoint(learner.team, learner.optimizers, folder)
-        learner.roles.load_state_dict(saved.get("roles"))
-    return state
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
 # --- one step -------------------------------------------------------------------------------
 def collect(team: Team, spec: Experiment, problems: list[Problem], assignment: list[dict[str, str]] | None = None) -> Rollout:
     envs = make_envs(spec, problems)
@@ -374,74 +277,6 @@ def stop_if_stuck(spec: Experiment, state: RunState, run_dir: Path) -> None:
             f"agent(s) {', '.join(stuck)}: update skipped {limit} steps in a row at step {state.step} "
             f"(non-finite loss or gradient); lower algorithm.lr or use dtype float32/bfloat16 instead of float16, {then}"
         )
-
-
-def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str, AgentStats], seconds: float) -> dict:
-    """One metrics.jsonl line (the keys are in docs/metrics.md); a non-finite value is written as null."""
-    played = rollout.on_policy or rollout.episodes  # the policy's own episodes (docs/metrics.md)
-    metrics: dict = {"step": step, "episodes": len(played), **episode_metrics(played)}
-    if spec.algorithm.rollout == "tree":  # the episode AT-GRPO continued: best of K at every action
-        metrics["best_branch_success_rate"] = _mean([e.success for e in rollout.episodes])
-    # What it counts: sampled actions right after which the team reward was > 0 (partial credit included).
-    metrics["sample_team_reward_rate"] = _mean([s.team_reward > 0 for s in rollout.samples])
-    by_agent: dict[str, list[Sample]] = defaultdict(list)
-    for s in rollout.samples:
-        by_agent[s.agent].append(s)
-    flat = zero_std_groups(torch.tensor([s.reward for s in rollout.samples]), [s.group for s in rollout.samples])
-    for agent in sorted(spec.agents):
-        own = by_agent.get(agent, [])
-        groups = {s.group for s in own}
-        st = stats[agent]
-        metrics[f"reward/{agent}"] = _mean([s.reward for s in own])
-        metrics[f"reward_team/{agent}"] = _mean([s.team_reward for s in own])
-        metrics[f"reward_local/{agent}"] = _mean([s.local_reward for s in own])
-        metrics[f"loss/{agent}"] = st.loss
-        metrics[f"kl/{agent}"] = st.kl
-        metrics[f"entropy/{agent}"] = st.entropy
-        metrics[f"clip_frac/{agent}"] = st.clip_frac
-        metrics[f"grad_norm/{agent}"] = st.grad_norm
-        metrics[f"zero_std_frac/{agent}"] = len(groups & flat) / len(groups) if groups else 0.0
-        metrics[f"skipped_updates/{agent}"] = int(st.skipped)
-    metrics["tokens_generated"] = rollout.tokens
-    metrics["on_policy_tokens"] = rollout.on_policy_tokens
-    metrics |= compute_metrics(spec, rollout, stats)
-    metrics["tokens_per_second"] = rollout.tokens / seconds if seconds > 0 else 0.0
-    metrics["sampling_tokens_per_second"] = rollout.tokens / rollout.seconds if rollout.seconds > 0 else 0.0
-    metrics["seconds"] = round(seconds, 3)
-    return clean_metrics(metrics)
-
-
-def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentStats]) -> dict:
-    """What the step spent, as `compare` reports it per arm (docs/metrics.md)."""
-    updated = {spec.adapter_of(a) for a, st in stats.items() if st.tokens > 0 and not st.skipped}
-    return {
-        "sampled_actions": len(rollout.samples),  # candidates in the step's groups (not play-outs, not intents)
-        "playout_actions": rollout.lookahead_actions,  # sampled to score candidates at the turn's end (credit.py)
-        "trained_tokens": sum(st.tokens for st in stats.values()),  # completion tokens in the loss
-        "optimizer_steps": len(updated),  # adapters that took an optimizer step
-    }
-
-
-def heldout_metrics(team: Team, roles: RoleAssigner, spec: Experiment, eval_problems: list[Problem], step: int) -> dict:
-    """At every `train.eval_every`-th step: greedy success on the first `eval_subset` held-out problems (a fixed set).
-
-    This curve, not training success, is what `compare` reads convergence from (docs/metrics.md).
-    """
-    every = spec.train.eval_every
-    if every is None or step % every:
-        return {}
-    subset = eval_problems[: spec.train.eval_subset]
-    scored = evaluate(team, spec, subset, n_transcripts=0, score_actions=False, assignment=roles.best())
-    return {
-        "heldout_success_rate": scored["team_success_rate"],
-        "heldout_mean_attempts_to_success": scored["mean_attempts_to_success"],
-        "heldout_episodes": scored["episodes"],
-        "heldout_seconds": scored["seconds"],
-    }
-
-
-def _mean(values: list) -> float:
-    return float(sum(values) / len(values)) if values else 0.0
 
 
 def status_line(m: dict) -> str:

@@ -1,16 +1,24 @@
-"""Team-learning metrics added to each metrics.jsonl line: reward components, role assignment, memory, distillation."""
+"""One metrics.jsonl line per step (docs/metrics.md): success and rewards (`step_metrics`), what the step spent,
+the held-out curve, and the team's reward parts, role assignment, memory and distillation (`team_metrics`)."""
 
 from __future__ import annotations
 
 import resource
 import sys
+from collections import defaultdict
 
 import torch
 
+from pettingllms_cli.algorithms.grpo import zero_std_groups
+from pettingllms_cli.algorithms.update import AgentStats
+from pettingllms_cli.analysis.evaluate import evaluate
+from pettingllms_cli.envs import Problem
 from pettingllms_cli.jsonio import clean_metrics
 from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.rollout.episodes import episode_metrics
 from pettingllms_cli.rollout.roles import RoleAssigner
-from pettingllms_cli.rollout.tree import Rollout
+from pettingllms_cli.rollout.tree import Rollout, Sample
+from pettingllms_cli.spec import Experiment
 
 
 def team_metrics(team: Team, roles: RoleAssigner, rollout: Rollout, distilled: dict[str, float]) -> dict:
@@ -37,3 +45,75 @@ def peak_rss_mb() -> float:
     """Peak resident memory of this process (ru_maxrss is KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str, AgentStats], seconds: float) -> dict:
+    """One metrics.jsonl line (the keys are in docs/metrics.md); a non-finite value is written as null."""
+    played = rollout.on_policy or rollout.episodes  # the policy's own episodes (docs/metrics.md)
+    metrics: dict = {"step": step, "episodes": len(played), **episode_metrics(played)}
+    if spec.algorithm.rollout == "tree":  # the episode AT-GRPO continued: best of K at every action
+        metrics["best_branch_success_rate"] = _mean([e.success for e in rollout.episodes])
+    # What it counts: sampled actions right after which the team reward was > 0 (partial credit included).
+    metrics["sample_team_reward_rate"] = _mean([s.team_reward > 0 for s in rollout.samples])
+    by_agent: dict[str, list[Sample]] = defaultdict(list)
+    for s in rollout.samples:
+        by_agent[s.agent].append(s)
+    flat = zero_std_groups(torch.tensor([s.reward for s in rollout.samples]), [s.group for s in rollout.samples])
+    for agent in sorted(spec.agents):
+        own = by_agent.get(agent, [])
+        groups = {s.group for s in own}
+        st = stats[agent]
+        metrics[f"reward/{agent}"] = _mean([s.reward for s in own])
+        metrics[f"reward_team/{agent}"] = _mean([s.team_reward for s in own])
+        metrics[f"reward_local/{agent}"] = _mean([s.local_reward for s in own])
+        metrics[f"loss/{agent}"] = st.loss
+        metrics[f"kl/{agent}"] = st.kl
+        metrics[f"entropy/{agent}"] = st.entropy
+        metrics[f"clip_frac/{agent}"] = st.clip_frac
+        metrics[f"grad_norm/{agent}"] = st.grad_norm
+        metrics[f"zero_std_frac/{agent}"] = len(groups & flat) / len(groups) if groups else 0.0
+        metrics[f"skipped_updates/{agent}"] = int(st.skipped)
+    metrics["tokens_generated"] = rollout.tokens
+    metrics["on_policy_tokens"] = rollout.on_policy_tokens
+    metrics |= compute_metrics(spec, rollout, stats)
+    metrics["tokens_per_second"] = rollout.tokens / seconds if seconds > 0 else 0.0
+    metrics["sampling_tokens_per_second"] = rollout.tokens / rollout.seconds if rollout.seconds > 0 else 0.0
+    metrics["seconds"] = round(seconds, 3)
+    return clean_metrics(metrics)
+
+
+def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentStats]) -> dict:
+    """What the step spent, as `compare` reports it per arm (docs/metrics.md)."""
+    updated = {spec.adapter_of(a) for a, st in stats.items() if st.tokens > 0 and not st.skipped}
+    return {
+        "sampled_actions": len(rollout.samples),  # candidates in the step's groups (not play-outs, not intents)
+        "playout_actions": rollout.lookahead_actions,  # sampled to score candidates at the turn's end (credit.py)
+        "trained_tokens": sum(st.tokens for st in stats.values()),  # completion tokens in the loss
+        "optimizer_steps": len(updated),  # adapters that took an optimizer step
+    }
+
+
+def heldout_metrics(team: Team, roles: RoleAssigner, spec: Experiment, eval_problems: list[Problem], step: int) -> dict:
+    """At every `train.eval_every`-th step: greedy success on the first `eval_subset` held-out problems (a fixed set).
+
+    This curve, not training success, is what `compare` reads convergence from (docs/metrics.md).
+    """
+    every = spec.train.eval_every
+    if every is None or step % every:
+        return {}
+    subset = eval_problems[: spec.train.eval_subset]
+    scored = evaluate(team, spec, subset, n_transcripts=0, score_actions=False, assignment=roles.best())
+    return {
+        "heldout_success_rate": scored["team_success_rate"],
+        "heldout_mean_attempts_to_success": scored["mean_attempts_to_success"],
+        "heldout_episodes": scored["episodes"],
+        "heldout_seconds": scored["seconds"],
+    }
+
+
+def _mean(values: list) -> float:
+    return float(sum(values) / len(values)) if values else 0.0
+
+
+def _mean(values: list) -> float:
+    return float(sum(values) / len(values)) if values else 0.0

@@ -177,11 +177,13 @@ def on_disk(folder: Path) -> int:
 
 
 def test_disk_check_measures_a_real_checkpoint(trained: Path, tmp_path: Path) -> None:
+    from pettingllms_cli.algorithms.optim import make_optimizers
     from pettingllms_cli.policy.adapters import Team
     from pettingllms_cli.training.checkpoint import measure_checkpoint
 
     real = on_disk(trained / "checkpoints" / "step_2")
-    measured = measure_checkpoint(Team(spec()), tmp_path)
+    team = Team(spec())
+    measured = measure_checkpoint(team, make_optimizers(team), tmp_path)
     assert 0.9 * real <= measured <= 1.1 * real, (measured, real)
     assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())
 
@@ -189,7 +191,7 @@ def test_disk_check_measures_a_real_checkpoint(trained: Path, tmp_path: Path) ->
 def test_disk_check_counts_only_the_checkpoints_still_to_write(trained: Path, run_dir: Path, tmp_path: Path) -> None:
     per_checkpoint = on_disk(trained / "checkpoints" / "step_2")
     room = mock.Mock(free=int(1.5 * per_checkpoint) + 2**20)  # one more checkpoint fits, two do not
-    with mock.patch("pettingllms_cli.training.rundir.shutil.disk_usage", return_value=room):
+    with mock.patch("pettingllms_cli.training.checkpoint.shutil.disk_usage", return_value=room):
         train(run_dir, "train.steps=3", resume=True)  # 1 checkpoint to go: fits
         with pytest.raises(UserError, match=r"MiB free, but 2 checkpoint\(s\)"):
             train(tmp_path / "fresh")  # 2 checkpoints: do not

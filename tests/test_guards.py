@@ -124,7 +124,7 @@ def test_full_disk_at_the_probe_fails_before_loading_weights(tmp_path: Path) -> 
 
 
 def test_too_little_disk_space_for_the_checkpoints_fails_before_training(tmp_path: Path) -> None:
-    with mock.patch("pettingllms_cli.training.rundir.shutil.disk_usage", return_value=mock.Mock(free=4096)):
+    with mock.patch("pettingllms_cli.training.checkpoint.shutil.disk_usage", return_value=mock.Mock(free=4096)):
         with pytest.raises(UserError, match=r"MiB free.*checkpoint"):
             run(fast_spec(), tmp_path / "run")
     assert not (tmp_path / "run" / "metrics.jsonl").exists() and not (tmp_path / "run" / "eval_before.json").exists()

@@ -115,3 +115,21 @@ def test_cli_validate_and_schema():
     schema = _cli("schema")
     assert schema.returncode == 0
     assert "group_size" in schema.stdout and "PPO clip epsilon" in schema.stdout
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [({"opz": "+"}, "env.options.opz"), ({"format_bonus": "lots"}, "env.options.format_bonus"), ({"ops": ""}, "env.options.ops")],
+)
+def test_env_options_are_typed_per_env(smoke_tree, options, named):
+    smoke_tree["env"]["options"] = options
+    with pytest.raises(UserError) as err:
+        parse_spec(smoke_tree)
+    assert named in str(err.value) and "takes: ops, format_bonus" in str(err.value)
+
+
+def test_a_misspelled_env_option_is_exit_2_naming_it(tmp_path, smoke_tree):
+    smoke_tree["env"]["options"] = {"format_bonsu": 0.1}
+    result = _cli("validate", str(_write(tmp_path, smoke_tree)))
+    assert result.returncode == 2 and "env.options.format_bonsu" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -91,7 +91,7 @@ def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, chec
     from pettingllms_cli.algorithms.optim import make_optimizers
     from pettingllms_cli.algorithms.update import update
     from pettingllms_cli.policy.adapters import Team
-    from pettingllms_cli.rollout.tree import Sample
+    from pettingllms_cli.rollout.records import Sample
     from pettingllms_cli.training.loop import assign_advantages
 
     spec = parse_spec(

@@ -18,7 +18,7 @@ from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import update
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.rollout.tree import Sample
+from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import load_spec
 from pettingllms_cli.training.loop import train
 from tests.conftest import FAST

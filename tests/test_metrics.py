@@ -91,7 +91,7 @@ def test_parallel_rollouts_have_no_best_branch_key(smoke_tree):
     tree = copy.deepcopy(smoke_tree)
     tree["algorithm"]["rollout"] = "parallel"
     s = parse_spec(tree)
-    from pettingllms_cli.rollout.tree import Rollout
+    from pettingllms_cli.rollout.records import Rollout
 
     assert "best_branch_success_rate" not in metrics_of(s, Rollout())
 

@@ -14,7 +14,7 @@ from pettingllms_cli.algorithms.update import update
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs
 from pettingllms_cli.policy.sampling import GumbelSampler
-from pettingllms_cli.rollout.tree import Sample
+from pettingllms_cli.rollout.records import Sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,7 +8,7 @@ from pettingllms_cli.algorithms.distill import best_trajectories, encode_pair
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.code import CODE_PREFIX, CodeEnv, mutants
 from pettingllms_cli.envs.math_tool import CALL_PREFIX, MathToolEnv
-from pettingllms_cli.rollout.tree import Sample
+from pettingllms_cli.rollout.records import Sample
 
 ADD_ONE = Problem(
     "add_one",

@@ -15,8 +15,9 @@ from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.models.tiny import tiny_model
 from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.rollout.roles import RoleAssigner, rotation
-from pettingllms_cli.rollout.tree import Sample, parallel_rollout, tree_rollout
+from pettingllms_cli.rollout.tree import parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from tests.conftest import run_cli
 from tests.scripted import ScriptedTeam as Scripted

@@ -9,7 +9,7 @@ import torch
 from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import update
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.rollout.tree import Sample
+from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import parse_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -22,7 +22,7 @@ from pettingllms_cli.algorithms.optim import guarded_step
 from pettingllms_cli.envs.messages import generated_part
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs
-from pettingllms_cli.rollout.tree import Sample
+from pettingllms_cli.rollout.records import Sample
 
 
 def is_truncated(completion: torch.Tensor, eos: int | None, max_new_tokens: int) -> bool:

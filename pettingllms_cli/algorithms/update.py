@@ -30,7 +30,7 @@ from pettingllms_cli.algorithms.optim import guarded_step
 from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs, pad
-from pettingllms_cli.rollout.tree import Sample
+from pettingllms_cli.rollout.records import Sample
 
 
 @dataclass

@@ -19,7 +19,8 @@ from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import logprob_key, pad
 from pettingllms_cli.rollout.episodes import Episode, episode_metrics, make_envs
-from pettingllms_cli.rollout.tree import Sample, tree_rollout
+from pettingllms_cli.rollout.records import Sample
+from pettingllms_cli.rollout.tree import tree_rollout
 from pettingllms_cli.spec import Experiment
 
 

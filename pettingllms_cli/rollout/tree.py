@@ -21,7 +21,6 @@ intent per episode and turn gives a group of one, with no signal).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
@@ -32,42 +31,9 @@ from pettingllms_cli.policy.sampling import base_seed, row_seed
 from pettingllms_cli.rollout import coordination
 from pettingllms_cli.rollout.credit import NOOP, combine, local_term, plays_on
 from pettingllms_cli.rollout.episodes import Episode, record
+from pettingllms_cli.rollout.records import Rollout, Sample
 from pettingllms_cli.rollout.roles import Assignment
 from pettingllms_cli.spec import Experiment
-
-
-@dataclass
-class Sample:
-    agent: str
-    role: str
-    turn: int
-    problem_id: str
-    group: tuple
-    prompt: list[int]
-    completion: torch.Tensor  # [T] token ids, EOS included when sampled
-    text: str
-    reward: float
-    team_reward: float
-    local_reward: float  # the credited local term (the env's own, or the difference to a no-op)
-    advantage: float = 0.0
-    env_local_reward: float = 0.0  # the env's own local reward, whatever the credit
-    messages: list[Message] = field(default_factory=list)  # the observation (text level, for distillation)
-    team_success: bool = False  # the team had solved the problem once this action's turn (tree) or episode (parallel) ended
-
-
-@dataclass
-class Rollout:
-    samples: list[Sample] = field(default_factory=list)
-    episodes: list[Episode] = field(default_factory=list)  # what each episode did (the tree's: its best branch)
-    tokens: int = 0  # completion tokens generated
-    seconds: float = 0.0  # wall time of sampling and stepping
-    assignment: list[Assignment] = field(default_factory=list)  # role -> agent of each episode
-    intents: list[Sample] = field(default_factory=list)  # trainable intent declarations (`parallel` + intent protocol)
-    on_policy: list[Episode] = field(default_factory=list)  # one episode per problem played by the policy (on_policy_episodes)
-    on_policy_tokens: int = 0  # tokens sampled for those episodes beyond the tree's own (not in `tokens`, not trained)
-    lookahead_tokens: int = 0  # of `tokens`: those sampled to play branches on to the turn's end (credit.py)
-    lookahead_actions: int = 0  # the actions those play-outs sampled (not trained; not in `samples`)
-
 
 Candidates = list[tuple[str, torch.Tensor]]  # (text, ids) of each sampled continuation
 

@@ -43,8 +43,9 @@ from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import append_jsonl, clean_metrics, read_json, write_json
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.episodes import make_envs
+from pettingllms_cli.rollout.records import Rollout, Sample
 from pettingllms_cli.rollout.roles import RoleAssigner
-from pettingllms_cli.rollout.tree import Rollout, Sample, on_policy_episodes, parallel_rollout, tree_rollout
+from pettingllms_cli.rollout.tree import on_policy_episodes, parallel_rollout, tree_rollout
 from pettingllms_cli.spec import Experiment
 from pettingllms_cli.training.checkpoint import (
     STATE_FILE,

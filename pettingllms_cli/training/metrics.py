@@ -16,8 +16,8 @@ from pettingllms_cli.envs import Problem
 from pettingllms_cli.jsonio import clean_metrics
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.episodes import episode_metrics
+from pettingllms_cli.rollout.records import Rollout, Sample
 from pettingllms_cli.rollout.roles import RoleAssigner
-from pettingllms_cli.rollout.tree import Rollout, Sample
 from pettingllms_cli.spec import Experiment
 
 

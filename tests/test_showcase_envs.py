@@ -12,8 +12,8 @@ import math
 import pytest
 
 from pettingllms_cli.envs import ENVS
-from pettingllms_cli.envs.function_call import JUDGE_LEAD, FunctionCallEnv
-from pettingllms_cli.envs.math_tool import READER_LEAD, VALIDATOR_LEAD, MathToolEnv
+from pettingllms_cli.envs.function_call import FunctionCallEnv
+from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.tools.calls import ToolCall, render_tool_call
 from pettingllms_cli.train import train
@@ -46,8 +46,8 @@ def test_math_validator_that_rubber_stamps_an_invalid_call_earns_less_than_one_t
     stamped, judged = math_env(), math_env()
     for env in (stamped, judged):
         env.step("planner", calc(foreign_number(env)))
-    rubber = stamped.step("validator", VALIDATOR_LEAD + "valid")
-    back = judged.step("validator", VALIDATOR_LEAD + "invalid: a number is not in the question")
+    rubber = stamped.step("validator", "Yes.")
+    back = judged.step("validator", "No: a number is not in the question.")
     assert back.local_reward > rubber.local_reward
     assert "not in the question" in judged.observe("planner")[-2]["content"]  # the planner hears what was wrong
     assert judged.ran is False and stamped.ran is True  # sent back: it never reached the calculator
@@ -57,10 +57,7 @@ def test_math_validator_that_sends_back_a_valid_call_earns_less_than_one_that_le
     ran, back = math_env(), math_env()
     for env in (ran, back):
         env.step("planner", env.reference_action("planner"))
-    assert (
-        ran.step("validator", VALIDATOR_LEAD + "valid").local_reward
-        > back.step("validator", VALIDATOR_LEAD + "invalid").local_reward
-    )
+    assert ran.step("validator", "Yes.").local_reward > back.step("validator", "No.").local_reward
     assert "but it was right" in back.observe("planner")[-2]["content"]
 
 
@@ -75,9 +72,9 @@ def test_math_reader_that_accepts_a_wrong_result_earns_less_than_one_that_asks_f
     accepted, retried = math_env(), math_env()
     for env in (accepted, retried):
         env.step("planner", calc(wrong_op(env)))
-        env.step("validator", VALIDATOR_LEAD + "valid")  # the question's numbers: valid parameters
-    took = accepted.step("reader", READER_LEAD + "right")
-    back = retried.step("reader", READER_LEAD + "wrong: it should subtract")
+        env.step("validator", "Yes.")  # the question's numbers: valid parameters
+    took = accepted.step("reader", "Yes.")
+    back = retried.step("reader", "No: it should subtract.")
     assert back.local_reward > took.local_reward
     assert accepted.done and not accepted.success  # a handed-in wrong answer ends the episode
     assert not retried.done and "does not answer the question" in retried.observe("planner")[-2]["content"]
@@ -87,10 +84,8 @@ def test_math_reader_that_sends_back_a_right_result_earns_less_and_the_planner_i
     accepted, retried = math_env(), math_env()
     for env in (accepted, retried):
         env.step("planner", env.reference_action("planner"))
-        env.step("validator", VALIDATOR_LEAD + "valid")
-    assert (
-        accepted.step("reader", READER_LEAD + "right").local_reward > retried.step("reader", READER_LEAD + "wrong").local_reward
-    )
+        env.step("validator", "Yes.")
+    assert accepted.step("reader", "Yes.").local_reward > retried.step("reader", "No.").local_reward
     assert accepted.success and accepted.attempts == 1
     assert "was right, but the reader rejected it" in retried.observe("planner")[-2]["content"]
 
@@ -98,11 +93,11 @@ def test_math_reader_that_sends_back_a_right_result_earns_less_and_the_planner_i
 def test_math_call_sent_back_is_not_an_attempt_but_one_that_ran_is():
     env = math_env()
     env.step("planner", calc(foreign_number(env)))
-    env.step("validator", VALIDATOR_LEAD + "invalid")
-    env.step("reader", READER_LEAD + "right")  # nothing ran: nothing to read, no attempt
+    env.step("validator", "No.")
+    env.step("reader", "Yes.")  # nothing ran: nothing to read, no attempt
     env.step("planner", calc(wrong_op(env)))
-    env.step("validator", VALIDATOR_LEAD + "valid")
-    env.step("reader", READER_LEAD + "wrong")  # ran and read: one attempt
+    env.step("validator", "Yes.")
+    env.step("reader", "No.")  # ran and read: one attempt
     for role in env.possible_agents:
         env.step(role, env.reference_action(role))
     assert env.success and env.attempts == 2 and env.turn == 3
@@ -137,8 +132,8 @@ def test_function_call_validator_paid_for_the_schema_judgement():
     stamped, judged = fc_env(), fc_env()
     for env in (stamped, judged):
         env.step("planner", missing_required(env))
-    rubber = stamped.step("validator", JUDGE_LEAD + "valid")
-    back = judged.step("validator", JUDGE_LEAD + "invalid: an argument is missing")
+    rubber = stamped.step("validator", "Yes.")
+    back = judged.step("validator", "No: an argument is missing.")
     assert back.local_reward > rubber.local_reward
     assert "missing required argument" in judged.observe("planner")[-2]["content"]
 
@@ -147,9 +142,9 @@ def test_function_call_reader_that_accepts_a_wrong_call_earns_less_than_a_retry(
     accepted, retried = fc_env(), fc_env()
     for env in (accepted, retried):
         env.step("planner", env.corrupted_actions("planner")[1])  # the right function, a wrong value: fits the schema
-        env.step("validator", JUDGE_LEAD + "valid")
-    took = accepted.step("reader", JUDGE_LEAD + "right")
-    back = retried.step("reader", JUDGE_LEAD + "wrong: a value is off")
+        env.step("validator", "Yes.")
+    took = accepted.step("reader", "Yes.")
+    back = retried.step("reader", "No: a value is off.")
     assert back.local_reward > took.local_reward
     assert accepted.done and not accepted.success
     assert "wrong value" in retried.observe("planner")[-2]["content"]

@@ -51,16 +51,17 @@ VALIDATOR_SYSTEM = (
     "Check a function call against the function's schema before it runs: only its arguments, every required one, "
     "each of the right type. Reply valid, or invalid and why."
 )
-READER_SYSTEM = "Read the call that ran and its result. Say whether it does what the request asks: right, or wrong and why."
-JUDGE_LEAD = review.VERDICT_PREFIX + "the call is "  # both judges' replies open with it
+READER_SYSTEM = "Read the call that ran and its result. Say whether it does what the request asks: yes, or no and why."
+VALIDATOR_ASK = "Does the call fit the function's schema? Answer yes or no."  # closes each case
+READER_ASK = "Does the call do what the request asks? Answer yes or no."
 _SHOT_FN = "Function: circle_area(radius: integer, unit?: string)"
 VALIDATOR_SHOTS = [
-    (f"{_SHOT_FN}\nCall: circle_area(radius=3)", "valid"),
-    (f"{_SHOT_FN}\nCall: circle_area(unit='cm')", "invalid: missing required argument 'radius'"),
+    (f"{_SHOT_FN}\nCall: circle_area(radius=3)", "Yes."),
+    (f"{_SHOT_FN}\nCall: circle_area(unit='cm')", "No: missing required argument 'radius'."),
 ]
 READER_SHOTS = [
-    ("Request: Find the area of a circle with radius 3.\nCall: circle_area(radius=3)\nResult: ran", "right"),
-    ("Request: Find the area of a circle with radius 5.\nCall: circle_area(radius=3)\nResult: ran", "wrong: the radius is 5"),
+    ("Request: Find the area of a circle with radius 3.\nCall: circle_area(radius=3)\nResult: ran", "Yes."),
+    ("Request: Find the area of a circle with radius 5.\nCall: circle_area(radius=3)\nResult: ran", "No: the radius is 5."),
 ]
 _STRIP_RE = re.compile(r"[ ,./\-_*^'\"]")
 # Rewards (see the module docstring): named here, not written into `_act`.
@@ -184,9 +185,9 @@ class FunctionCallEnv(TurnEnv):
         if self.feedback:
             request += f"\n{self.feedback}"
         if role == "validator":
-            return review.judge_prompt(VALIDATOR_SYSTEM, VALIDATOR_SHOTS, self._validator_case(), JUDGE_LEAD)
+            return review.judge_prompt(VALIDATOR_SYSTEM, VALIDATOR_SHOTS, self._validator_case(), VALIDATOR_ASK)
         if role == "reader":
-            return review.judge_prompt(READER_SYSTEM, READER_SHOTS, self._reader_case(request), JUDGE_LEAD)
+            return review.judge_prompt(READER_SYSTEM, READER_SHOTS, self._reader_case(), READER_ASK)
         if role == "planner" and self.layout == "multi":
             names = "\n".join(f"- {f['name']}: {f.get('description', '')[:80]}" for f in self.functions)
             return [
@@ -303,18 +304,18 @@ class FunctionCallEnv(TurnEnv):
         shown = ", ".join(review.render_args(c) for c in self.pending) or "(no readable call)"
         return "\n".join(f"Function: {signature(f)}" for f in fns) + f"\nCall: {shown}"
 
-    def _reader_case(self, request: str) -> str:
+    def _reader_case(self) -> str:
         shown = ", ".join(review.render_args(c) for c in self.pending) or "(no readable call)"
         result = "(nothing ran)" if not self.ran else "ran" if self.pending_problem is None else f"error: {self.pending_problem}"
-        return f"{request.split(chr(10))[0]}\nCall: {shown}\nResult: {result}"
+        return f"Request: {self.problem.question}\nCall: {shown}\nResult: {result}"
 
     # --- reference and corrupted actions ----------------------------------------------------
     def reference_action(self, role: str) -> str:
         if role == "validator":
             problem = self.pending_problem
-            return JUDGE_LEAD + ("valid" if problem is None else f"invalid: {problem}")
+            return "Yes." if problem is None else f"No: {problem}."
         if role == "reader":
-            return JUDGE_LEAD + ("right" if self.pending_right else f"wrong: {self.pending_why}")
+            return "Yes." if self.pending_right else f"No: {self.pending_why}."
         if role == "planner" and self.layout == "multi":
             return PLAN_PREFIX + next(iter(self.gold[0]))
         return "".join(render_tool_call(ToolCall(name, _reference_args(args))) for g in self.gold for name, args in g.items())

@@ -69,19 +69,16 @@ VALIDATOR_SYSTEM = (
     "Check a calculator call before it runs: a well-formed expression that uses only the question's numbers. "
     "Reply valid, or invalid and why."
 )
-READER_SYSTEM = "Read the calculator result. Say whether it answers the question: right, or wrong and why."
-VALIDATOR_LEAD, READER_LEAD = review.VERDICT_PREFIX + "the call is ", review.VERDICT_PREFIX + "the result is "
+READER_SYSTEM = "Read the calculator result. Say whether it answers the question: yes, or no and why."
 _ANN, _JOE = (
     "Question: Ann has 12 pens and buys 7 more. How many pens does Ann have?",
     "Question: Joe had 30 cups and broke 4. How many cups are left?",
 )
 # Worked examples of each judge: one of each verdict (a 135M model copies the format from them).
-VALIDATOR_ASK = "Does the call use only the question's numbers? Reply valid or invalid."  # closes each case
-VALIDATOR_SHOTS = [
-    (f"{_ANN}\nCall: 12+7\n{VALIDATOR_ASK}", "valid"),
-    (f"{_JOE}\nCall: 30-8\n{VALIDATOR_ASK}", "invalid: 8 is not in the question"),
-]
-READER_SHOTS = [(f"{_ANN}\nCalculator: 12+7 = 19", "right"), (f"{_JOE}\nCalculator: 30+4 = 34", "wrong: it adds the broken cups")]
+VALIDATOR_ASK = "Does the call use only the question's numbers? Answer yes or no."  # closes each case
+READER_ASK = "Does the result answer the question? Answer yes or no."
+VALIDATOR_SHOTS = [(f"{_ANN}\nCall: 12+7", "Yes."), (f"{_JOE}\nCall: 30-8", "No: 8 is not in the question.")]
+READER_SHOTS = [(f"{_ANN}\nCalculator: 12+7 = 19", "Yes."), (f"{_JOE}\nCalculator: 30+4 = 34", "No: it adds the broken cups.")]
 # One worked example per operation; the prompt shows those of the ops in use.
 SHOTS = {
     "+": ("Ann has 12 pens and buys 7 more. How many pens does Ann have?", "12+7"),
@@ -244,12 +241,10 @@ class MathToolEnv(TurnEnv):
         question = f"Question: {self.problem.question}"
         if role == "validator":
             shown = self._expression(self.pending) or f"(unreadable) {str(self.pending or '')[:120]}"
-            return review.judge_prompt(
-                VALIDATOR_SYSTEM, VALIDATOR_SHOTS, f"{question}\nCall: {shown}\n{VALIDATOR_ASK}", VALIDATOR_LEAD
-            )
+            return review.judge_prompt(VALIDATOR_SYSTEM, VALIDATOR_SHOTS, f"{question}\nCall: {shown}", VALIDATOR_ASK)
         if role == "reader":
             result = (self.last_call or f"error ({self.last_error})") if self.ran else "(nothing ran)"
-            return review.judge_prompt(READER_SYSTEM, READER_SHOTS, f"{question}\nCalculator: {result}", READER_LEAD)
+            return review.judge_prompt(READER_SYSTEM, READER_SHOTS, f"{question}\nCalculator: {result}", READER_ASK)
         if role in ("tool_caller", "solver", "planner"):
             messages: list[Message] = [{"role": "system", "content": CALLER_SYSTEM}]
             for q, expr in (SHOTS[op] for op in self.options.get("ops", OPS)):
@@ -396,10 +391,10 @@ class MathToolEnv(TurnEnv):
             return ANSWER_PREFIX + format_number(self.gold)
         if role == "validator":
             problem = self.pending_problem
-            return VALIDATOR_LEAD + ("valid" if problem is None else f"invalid: {problem}")
+            return "Yes." if problem is None else f"No: {problem}."
         if role == "reader":
             right = same_number(self.last_value, self.gold)
-            return READER_LEAD + ("right" if right else "wrong: it does not answer the question")
+            return "Yes." if right else "No: it does not answer the question."
         expression = self.problem.meta.get("expression", format_number(self.gold))
         return render_tool_call(ToolCall("calculator", {"expression": expression}))
 

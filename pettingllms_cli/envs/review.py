@@ -24,13 +24,13 @@ import re
 
 from pettingllms_cli.tools.calls import ToolCall
 
-VERDICT_PREFIX = "Verdict: "  # every judge's reply opens with it, then the thing judged ("the call is ")
 JUDGED_RIGHT = 1.0  # a judge (validator, reader) whose verdict was right
 JUDGED_WRONG = 0.0  # a wrong verdict, or none
 NOTHING_TO_READ = 0.0  # the reader when no call ran this round: there was nothing to judge
-# The first of these words in a judge's reply is its verdict (a 135M model says "right" as often as "valid").
-APPROVE = ("valid", "right", "correct", "fine", "accept")
-SEND_BACK = ("invalid", "wrong", "incorrect", "not", "retry")
+# The first of these words in a judge's reply is its verdict. Each judge is asked a yes/no question, which a
+# 135M chat model answers with "Yes" or "No" far more often than with a named verdict ("valid").
+APPROVE = ("yes", "valid", "right", "correct", "accept")
+SEND_BACK = ("no", "invalid", "wrong", "incorrect", "not", "retry")
 _VERDICT_RE = re.compile(rf"\b({'|'.join(APPROVE + SEND_BACK)})\b", re.IGNORECASE)
 _TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
@@ -48,9 +48,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
 def verdict(text: str) -> bool | None:
     """A judge's verdict: True (let it run / accept), False (send it back), None (no verdict: it goes on unchecked).
 
-    >>> verdict("Verdict: the call is valid"), verdict("Verdict: the call is not valid"), verdict("I don't know.")
+    >>> verdict("Yes."), verdict("No: 8 is not in the question."), verdict("I don't know.")
     (True, False, None)
-    >>> verdict("Verdict: the result is wrong: 30+4 adds"), verdict("Verdict: the result is right")
+    >>> verdict("The call is not valid"), verdict("It is right")
     (False, True)
     """
     match = _VERDICT_RE.search(text)
@@ -98,12 +98,13 @@ def schema_problem(call: ToolCall | str, functions: list[dict]) -> str | None:
     return None
 
 
-def judge_prompt(system: str, shots: list[tuple[str, str]], case: str, prefix: str) -> list[dict[str, str]]:
-    """A judge's conversation: its instructions, one worked example per verdict, then the case, prefilled."""
+def judge_prompt(system: str, shots: list[tuple[str, str]], case: str, ask: str) -> list[dict[str, str]]:
+    """A judge's conversation: its instructions, one worked example per verdict, then the case; each case closes
+    with the yes/no question `ask`, and the reply is not prefilled (the model's first word is the verdict)."""
     messages = [{"role": "system", "content": system}]
     for example, reply in shots:
-        messages += [{"role": "user", "content": example}, {"role": "assistant", "content": prefix + reply}]
-    return messages + [{"role": "user", "content": case}, {"role": "assistant", "content": prefix}]
+        messages += [{"role": "user", "content": f"{example}\n{ask}"}, {"role": "assistant", "content": reply}]
+    return messages + [{"role": "user", "content": f"{case}\n{ask}"}]
 
 
 def render_args(call: ToolCall) -> str:

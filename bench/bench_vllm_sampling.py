@@ -7,7 +7,8 @@ so each adapter changes the tokens) on one base, each given the tool caller's pr
 problems; K = 8 seeded samples per prompt at temperature 1, in one mixed-adapter call per side.
 Each side's tokens/s counts the tokens it generated (completions stop at EOS, so the two counts
 differ a little) over the median of its timed repeats; vLLM's engine start is timed apart and
-not counted. The CPU engine runs with enforce_eager (no torch.compile).
+not counted. The CPU engine runs with enforce_eager (no torch.compile); on a 2-core machine it
+binds one core and keeps one free, so compare with `--hf-threads 1`.
 
 Last line: `vllm_over_hf=<vLLM tokens/s over HF tokens/s>` at the longest completion length.
 Without vLLM it prints how to install it and exits 0.
@@ -68,6 +69,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=None, help="completion lengths (default 64 256)")
     parser.add_argument("--problems", type=int, default=None, help="problems per agent (default 4)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per side (default 2)")
+    parser.add_argument("--hf-threads", type=int, default=None, help="torch threads for HF (vLLM's CPU engine uses its own)")
     args = parser.parse_args()
     if importlib.util.find_spec("vllm") is None:
         print("vLLM is not installed: nothing to compare. `make setup-vllm`, then run this with .venv-vllm/bin/python")
@@ -83,6 +85,8 @@ def main() -> None:
     from pettingllms_cli.rollout.episodes import make_envs
     from pettingllms_cli.spec.sampler_settings import VllmSettings
 
+    if args.hf_threads:
+        torch.set_num_threads(args.hf_threads)
     team = make_team()
     envs = make_envs(team.spec, generate_problems(0, 2 * problems, "bench"))
     agents = ["caller" if i % 2 == 0 else "verifier" for i in range(len(envs))]

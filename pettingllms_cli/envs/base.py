@@ -101,6 +101,7 @@ class TurnEnv:
         self.solved_at_attempt: int | None = None  # the attempt that first solved the problem
         self.terminated = False
         self.truncated = False
+        self.handed_in = False  # the team handed in its final answer, right or wrong: the episode ends (envs that commit set it)
         self.transcript: list[dict] = []
         self.intents: dict[str, str] = {}  # role -> intent declared this turn (coordination round)
         self.intent_checks: list[bool] = []  # per action taken after an intent: did it agree?
@@ -135,8 +136,8 @@ class TurnEnv:
             self.next_role = 0
             self.turn += 1
             self.intents = {}  # a new turn opens with a new intent round
-        self.terminated = self.success
-        self.truncated = not self.success and self.turn >= self.max_turns
+        self.terminated = self.success or self.handed_in
+        self.truncated = not self.terminated and self.turn >= self.max_turns
         return StepResult(out.local_reward, out.team_reward, self.terminated, self.truncated, out.info)
 
     # --- coordination (optional intent round) ---------------------------------------------------

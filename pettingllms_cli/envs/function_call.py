@@ -5,6 +5,12 @@ Layouts:
   `<tool_call>` with the arguments (its reply is prefilled with the planner's choice). The env
   checks the call against the JSON schema and, on a retry, both roles see why it was rejected.
 - `single`: `caller` picks the function and fills the arguments in one call.
+- `team` (the showcase, envs/review.py): `planner` writes the call; `validator` checks it against
+  the function's JSON schema before it runs (`Verdict: valid`, or `invalid` and why, which sends it
+  back unrun); `reader` reads the call that ran and its result and replies `right` (hands it in,
+  which ends the episode, right or wrong) or `wrong` and why, which sends it back. `solo`: one `caller` with the
+  same prompt and rounds; a call that fits the schema runs and is handed in, one that does not
+  fails and is retried with the error.
 
 Rewards per action: team = the current call matches the ground truth (AST-style: function
 name, no unknown arguments, every required argument present, each value among the accepted
@@ -12,7 +18,10 @@ ones with BFCL's normalisation: ints accepted for floats, strings compared witho
 spaces and punctuation). Local (named below): planner `PLAN_RIGHT` (1.0) for a correct function,
 `PLAN_OTHER` (0.2) for another offered one, `PLAN_NONE` (-0.1) for none; caller `CALL_INVALID`
 (-0.1) for an unparseable call or unknown function, else the share of ground-truth arguments it
-got right. Solved when the call matches. The planner's team term is the caller's outcome on its
+got right (the `team` planner and the `solo` caller too). `team` judges: `JUDGED_RIGHT` for a
+right verdict (a schema-valid call let run, an invalid one sent back; a matching call accepted, a
+wrong or failed one sent back), `JUDGED_WRONG` otherwise, `NOTHING_TO_READ` when no call ran.
+Solved when the call matches. The planner's team term is the caller's outcome on its
 branch (credit.py: `deferred_roles`).
 
 Data: `generated` (a built-in 24-record BFCL `simple_python` sample, Apache-2.0) or a BFCL
@@ -26,6 +35,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pettingllms_cli.envs import review
 from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import OPEN, ToolCall, parse_tool_call, render_tool_call, strip_tool_results
@@ -37,6 +47,22 @@ CALLER_SYSTEM = "Answer the request with one function call."
 PLANNER_SYSTEM = "Name the function that answers the request."
 SHOT_USER = "Request: Find the area of a circle with radius 3.\nFunction: circle_area(radius: integer, unit?: string)"
 SHOT_CALL = render_tool_call(ToolCall("circle_area", {"radius": 3}))
+VALIDATOR_SYSTEM = (
+    "Check a function call against the function's schema before it runs: only its arguments, every required one, "
+    "each of the right type. Reply valid, or invalid and why."
+)
+READER_SYSTEM = "Read the call that ran and its result. Say whether it does what the request asks: yes, or no and why."
+VALIDATOR_ASK = "Does the call fit the function's schema? Answer yes or no."  # closes each case
+READER_ASK = "Does the call do what the request asks? Answer yes or no."
+_SHOT_FN = "Function: circle_area(radius: integer, unit?: string)"
+VALIDATOR_SHOTS = [
+    (f"{_SHOT_FN}\nCall: circle_area(radius=3)", "Yes."),
+    (f"{_SHOT_FN}\nCall: circle_area(unit='cm')", "No: missing required argument 'radius'."),
+]
+READER_SHOTS = [
+    ("Request: Find the area of a circle with radius 3.\nCall: circle_area(radius=3)\nResult: ran", "Yes."),
+    ("Request: Find the area of a circle with radius 5.\nCall: circle_area(radius=3)\nResult: ran", "No: the radius is 5."),
+]
 _STRIP_RE = re.compile(r"[ ,./\-_*^'\"]")
 # Rewards (see the module docstring): named here, not written into `_act`.
 PLAN_RIGHT = 1.0  # planner: a function the ground truth calls
@@ -128,13 +154,22 @@ def signature(fn: dict) -> str:
 
 class FunctionCallEnv(TurnEnv):
     name = "function_call_v0"
-    layouts = {"multi": ("planner", "caller"), "single": ("caller",)}
-    deferred_roles = frozenset({"planner"})  # the team reward moves only once the caller acts
+    layouts = {
+        "multi": ("planner", "caller"),
+        "single": ("caller",),
+        "team": ("planner", "validator", "reader"),
+        "solo": ("caller",),
+    }
+    deferred_roles = frozenset({"planner", "validator"})  # the team reward moves only once the caller (reader) acts
 
     def _reset_task(self) -> None:
         self.chosen: str | None = None  # the planner's function
         self.correct = False
         self.feedback: str | None = None
+        self.pending: list[ToolCall] = []  # `team`: the planner's calls, not run yet
+        self.pending_problem: str | None = "no call"  # why they do not fit the schema (None: they do)
+        self.pending_right, self.pending_why = False, ""  # do they match the ground truth; what is wrong if not
+        self.ran = False  # `team`: the validator let this round's calls run
 
     @property
     def functions(self) -> list[dict]:
@@ -149,7 +184,11 @@ class FunctionCallEnv(TurnEnv):
         request = f"Request: {self.problem.question}"
         if self.feedback:
             request += f"\n{self.feedback}"
-        if role == "planner":
+        if role == "validator":
+            return review.judge_prompt(VALIDATOR_SYSTEM, VALIDATOR_SHOTS, self._validator_case(), VALIDATOR_ASK)
+        if role == "reader":
+            return review.judge_prompt(READER_SYSTEM, READER_SHOTS, self._reader_case(), READER_ASK)
+        if role == "planner" and self.layout == "multi":
             names = "\n".join(f"- {f['name']}: {f.get('description', '')[:80]}" for f in self.functions)
             return [
                 {"role": "system", "content": PLANNER_SYSTEM},
@@ -170,6 +209,8 @@ class FunctionCallEnv(TurnEnv):
     # --- actions ----------------------------------------------------------------------------
     def _act(self, role: str, text: str) -> Outcome:
         text = strip_tool_results(text)
+        if self.layout in ("team", "solo"):
+            return {"planner": self._draft, "validator": self._validate, "reader": self._read}.get(role, self._solo)(text)
         return self._plan(text) if role == "planner" else self._call(text)
 
     def _plan(self, text: str) -> Outcome:
@@ -200,16 +241,91 @@ class FunctionCallEnv(TurnEnv):
             info={"calls": [c.__dict__ for c in calls if isinstance(c, ToolCall)]},
         )
 
+    # --- the `team` and `solo` layouts (envs/review.py) -------------------------------------------
+    def _score(self, text: str) -> tuple[list[ToolCall], str | None, bool, float, str]:
+        """(calls, why they do not fit the schema or None, do they match the truth, the caller's local reward, what is wrong)."""
+        parsed = _parse_calls(text)
+        calls = [c for c in parsed if isinstance(c, ToolCall)]
+        problems = [review.schema_problem(c, self.functions) for c in parsed] or ["no <tool_call> block"]
+        problem = next((p for p in problems if p is not None), None)
+        schemas = {f["name"]: f for f in self.functions}
+        if not calls or isinstance(parsed[0], str) or any(c.name not in schemas for c in calls):
+            return calls, problem, False, CALL_INVALID, problem or "no call"
+        matches, share, why = _match_all(calls, self.gold, schemas)
+        return calls, problem, matches and problem is None, share, why or (problem or "")
+
+    def _solo(self, text: str) -> Outcome:
+        """The lone caller's call runs at once: one that fits the schema is handed in, one that does not fails."""
+        calls, problem, matches, local, _ = self._score(text)
+        info = {"calls": [c.__dict__ for c in calls]}
+        if problem is not None:
+            self.feedback = f"Your last call was rejected: {problem}."
+            return Outcome(local, 0.0, attempt=bool(calls), info={**info, "tool_error": problem})
+        self.handed_in, self.correct = True, matches
+        return Outcome(local, float(matches), solved=matches, attempt=True, info=info)
+
+    def _draft(self, text: str) -> Outcome:
+        """The planner's calls are kept for the validator; nothing runs yet. Paid as a caller."""
+        self.pending, self.pending_problem, self.pending_right, local, self.pending_why = self._score(text)
+        self.ran = False
+        return Outcome(local, 0.0, attempt=False, info={"calls": [c.__dict__ for c in self.pending]})
+
+    def _validate(self, text: str) -> Outcome:
+        """Send the calls back (they do not run; the planner is told what was actually wrong) or let them run."""
+        said = review.verdict(text)
+        local = review.judged(said, self.pending_problem is None)
+        if said is False:
+            if self.pending_problem is not None:
+                self.feedback = f"Your call was sent back before it ran: {self.pending_problem}."
+            elif self.pending_right:
+                self.feedback = "Your call was sent back before it ran, but it was right. Make it again."
+            else:
+                self.feedback = f"Your call was sent back before it ran: it fits the schema, but {self.pending_why}."
+            return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", "valid": self.pending_problem is None})
+        self.ran = bool(self.pending)
+        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", "valid": self.pending_problem is None})
+
+    def _read(self, text: str) -> Outcome:
+        """Accept the call that ran (hands it in, ends the episode) or send it back; with no decision it stands."""
+        if not self.ran:  # sent back or no call: nothing to read, the planner tries again
+            return Outcome(review.NOTHING_TO_READ, 0.0, attempt=False, info={"read": "nothing ran"})
+        said = review.verdict(text)
+        local = review.judged(said, self.pending_right)
+        if said is False:
+            right = "was right, but the reader sent it back. Make it again"
+            self.feedback = f"Your last call {right if self.pending_right else 'was wrong: ' + self.pending_why}."
+            return Outcome(local, 0.0, attempt=True, info={"read": "retry"})
+        self.handed_in, self.correct = True, self.pending_right
+        return Outcome(local, float(self.correct), solved=self.correct, attempt=True, info={"read": "accept"})
+
+    def _validator_case(self) -> str:
+        called = {c.name for c in self.pending}
+        fns = [f for f in self.functions if f["name"] in called] or self.functions
+        shown = ", ".join(review.render_args(c) for c in self.pending) or "(no readable call)"
+        return "\n".join(f"Function: {signature(f)}" for f in fns) + f"\nCall: {shown}"
+
+    def _reader_case(self) -> str:
+        shown = ", ".join(review.render_args(c) for c in self.pending) or "(no readable call)"
+        result = "(nothing ran)" if not self.ran else "ran" if self.pending_problem is None else f"error: {self.pending_problem}"
+        return f"Request: {self.problem.question}\nCall: {shown}\nResult: {result}"
+
     # --- reference and corrupted actions ----------------------------------------------------
     def reference_action(self, role: str) -> str:
-        if role == "planner":
+        if role == "validator":
+            problem = self.pending_problem
+            return "Yes." if problem is None else f"No: {problem}."
+        if role == "reader":
+            return "Yes." if self.pending_right else f"No: {self.pending_why}."
+        if role == "planner" and self.layout == "multi":
             return PLAN_PREFIX + next(iter(self.gold[0]))
         return "".join(render_tool_call(ToolCall(name, _reference_args(args))) for g in self.gold for name, args in g.items())
 
     def corrupted_actions(self, role: str) -> list[str]:
         """Wrong function and wrong value (for the planner: a function that is not offered)."""
-        if role == "planner":
+        if role == "planner" and self.layout == "multi":
             return [PLAN_PREFIX + "no_such_function"]
+        if role in ("validator", "reader"):
+            return []
         name, args = next(iter(self.gold[0].items()))
         good = _reference_args(args)
         wrong_value = dict(good)

@@ -5,6 +5,13 @@ Layouts:
   the final answer (`Answer: <number>`) or rejects the result (`Answer: retry`), which sends the
   caller back for another round when `max_turns` allows.
 - `single`: `solver` writes the calculator call and its result is the team's answer.
+- `team` (the showcase, envs/review.py): `planner` writes the call; `validator` checks it before it
+  runs (a well-formed expression whose numbers all come from the question) and replies `Verdict:
+  valid`, or `invalid` and why, which sends it back unrun; `reader` reads the calculator's result
+  and replies `right` (the result is handed in as the answer, which ends the episode, right or
+  wrong) or `wrong` and why, which sends the call back. `solo`: one `solver` with the same prompt
+  and rounds; its call runs at once and its result is the answer it hands in, unless the
+  calculator refused the call.
 
 Rewards per action: team = the team's current answer is correct. Local (named below):
 callers `CALL_RAN` (+0.1) for a well-formed call that ran, `CALL_FAILED` (-0.1) otherwise; the
@@ -12,7 +19,13 @@ verifier is paid for a correct judgement, never for copying (`judgement_reward`)
 (1.0) for a right final answer (accepting a right result, or correcting a wrong one) or for
 `retry` when the calculator's result is wrong or missing; `JUDGED_WRONG` (0.0) for a wrong answer
 (a copied wrong result included), `retry` on a right result, or neither a number nor `retry`.
-An episode ends when the answer is correct or after `max_turns` rounds. A retry is told what went
+In `team` (constants in envs/review.py), the validator earns `JUDGED_RIGHT` for approving a valid
+call or sending back an invalid one and `JUDGED_WRONG` otherwise (no verdict included); the
+reader likewise for accepting a right result or sending back a wrong one, and `NOTHING_TO_READ`
+when no call ran; the planner is paid as a caller. A call is invalid when the calculator refuses
+it or it uses a number the question does not contain (unless it computes the answer). An episode
+ends when the answer is correct, when a `team`/`solo` answer is handed in, or after `max_turns`
+rounds. A retry is told what went
 wrong (`retry_feedback`): the call failed and why, its result was wrong, or the call was right and
 the verifier rejected it or answered something else. Option `format_bonus` (default 0) adds that
 much local reward to any action containing a number: format shaping for untrained models.
@@ -34,6 +47,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from pettingllms_cli.envs import review
 from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
@@ -53,6 +67,20 @@ _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 CALLER_SYSTEM = "Write one calculator call whose result answers the question."
 VERIFIER_SYSTEM = f"Check the calculator result. Give the final answer as a number, or reply {RETRY} if the result is wrong."
+VALIDATOR_SYSTEM = (
+    "Check a calculator call before it runs: a well-formed expression that uses only the question's numbers. "
+    "Reply valid, or invalid and why."
+)
+READER_SYSTEM = "Read the calculator result. Say whether it answers the question: yes, or no and why."
+_ANN, _JOE = (
+    "Question: Ann has 12 pens and buys 7 more. How many pens does Ann have?",
+    "Question: Joe had 30 cups and broke 4. How many cups are left?",
+)
+# Worked examples of each judge: one of each verdict (a 135M model copies the format from them).
+VALIDATOR_ASK = "Does the call use only the question's numbers? Answer yes or no."  # closes each case
+READER_ASK = "Does the result answer the question? Answer yes or no."
+VALIDATOR_SHOTS = [(f"{_ANN}\nCall: 12+7", "Yes."), (f"{_JOE}\nCall: 30-8", "No: 8 is not in the question.")]
+READER_SHOTS = [(f"{_ANN}\nCalculator: 12+7 = 19", "Yes."), (f"{_JOE}\nCalculator: 30+4 = 34", "No: it adds the broken cups.")]
 # One worked example per operation; the prompt shows those of the ops in use.
 SHOTS = {
     "+": ("Ann has 12 pens and buys 7 more. How many pens does Ann have?", "12+7"),
@@ -137,7 +165,40 @@ def judgement_reward(answer: float | None, rejected: bool, result: float | None,
     return JUDGED_RIGHT if same_number(answer, gold) else JUDGED_WRONG
 
 
-def retry_feedback(call: str | None, error: str | None, call_right: bool, answer: float | None = None) -> str:
+def parameter_problem(expression: str, question: str, value: float | None, gold: float) -> str | None:
+    """Why a calculator call's parameters are invalid (what the validator checks), or None.
+
+    >>> q = "Ann has 12 pens and buys 7 more."
+    >>> parameter_problem("12+7", q, 19.0, 19.0), parameter_problem("12+9", q, 21.0, 19.0)
+    (None, 'it uses 9, which is not in the question')
+    """
+    if same_number(value, gold):
+        return None  # a call that computes the answer is valid whatever constants it uses
+    given = [parse_number(n) for n in _NUMBER_RE.findall(question)]
+    for number in re.findall(r"\d+(?:\.\d+)?", expression):
+        if not any(same_number(float(number), g) for g in given):
+            return f"it uses {number}, which is not in the question"
+    return None
+
+
+def sent_back_feedback(call: str, problem: str | None, right: bool) -> str:
+    """What the planner is told when the validator sent its call back: what was actually wrong, if anything.
+
+    >>> sent_back_feedback("12+9", "it uses 9, which is not in the question", False)
+    'Your call 12+9 was sent back before it ran: it uses 9, which is not in the question. Try again.'
+    >>> sent_back_feedback("12+7", None, True)
+    'Your call 12+7 was sent back before it ran, but it was right. Make the call again.'
+    """
+    if problem is not None:
+        return f"Your call {call} was sent back before it ran: {problem}. Try again."
+    if right:
+        return f"Your call {call} was sent back before it ran, but it was right. Make the call again."
+    return f"Your call {call} was sent back before it ran: its numbers are fine, but its result would not answer it. Try again."
+
+
+def retry_feedback(
+    call: str | None, error: str | None, call_right: bool, answer: float | None = None, judge: str = "verifier"
+) -> str:
     """What a caller's retry is told about the last round: what actually went wrong.
 
     >>> retry_feedback(None, "unknown tool 'x'", False)
@@ -153,7 +214,7 @@ def retry_feedback(call: str | None, error: str | None, call_right: bool, answer
         return f"Your last call failed ({error or 'no valid call'}). Try again."
     if not call_right:
         return f"Your last call {call} was wrong: its result does not answer the question. Try again."
-    verdict = "the verifier rejected it" if answer is None else f"the final answer given was {format_number(answer)}"
+    verdict = f"the {judge} rejected it" if answer is None else f"the final answer given was {format_number(answer)}"
     return f"Your last call {call} was right, but {verdict}. Make the call again."
 
 
@@ -165,7 +226,13 @@ class MathOptions(EnvOptions):
 class MathToolEnv(TurnEnv):
     Options = MathOptions
     name = "math_tool_v0"
-    layouts = {"multi": ("tool_caller", "verifier"), "single": ("solver",)}
+    layouts = {
+        "multi": ("tool_caller", "verifier"),
+        "single": ("solver",),
+        "team": ("planner", "validator", "reader"),
+        "solo": ("solver",),
+    }
+    deferred_roles = frozenset({"planner", "validator"})  # `team`: the team reward moves only when the reader hands in
 
     def _reset_task(self) -> None:
         self.last_call: str | None = None  # "expr = result" of the latest calculator call
@@ -173,11 +240,20 @@ class MathToolEnv(TurnEnv):
         self.last_error: str | None = None  # why the latest call failed
         self.answer: float | None = None
         self.feedback: str | None = None  # what a retry is told about the previous attempt
+        self.pending: str | None = None  # `team`: the planner's call text, not run yet
+        self.pending_problem: str | None = None  # why its parameters are invalid (None: valid)
+        self.ran = False  # `team`: the validator let this round's call go to the calculator
 
     # --- observations ---------------------------------------------------------------------
     def observe(self, role: str) -> list[Message]:
         question = f"Question: {self.problem.question}"
-        if role in ("tool_caller", "solver"):
+        if role == "validator":
+            shown = self._expression(self.pending) or f"(unreadable) {str(self.pending or '')[:120]}"
+            return review.judge_prompt(VALIDATOR_SYSTEM, VALIDATOR_SHOTS, f"{question}\nCall: {shown}", VALIDATOR_ASK)
+        if role == "reader":
+            result = (self.last_call or f"error ({self.last_error})") if self.ran else "(nothing ran)"
+            return review.judge_prompt(READER_SYSTEM, READER_SHOTS, f"{question}\nCalculator: {result}", READER_ASK)
+        if role in ("tool_caller", "solver", "planner"):
             messages: list[Message] = [{"role": "system", "content": CALLER_SYSTEM}]
             for q, expr in (SHOTS[op] for op in self.options.get("ops", OPS)):
                 call = render_tool_call(ToolCall("calculator", {"expression": expr}))
@@ -193,10 +269,13 @@ class MathToolEnv(TurnEnv):
 
     # --- actions ----------------------------------------------------------------------------
     def _act(self, role: str, text: str) -> Outcome:
-        outcome = self._verify(text) if role == "verifier" else self._call(text)
+        if self.layout in ("team", "solo"):
+            outcome = {"planner": self._plan, "validator": self._validate, "reader": self._read}.get(role, self._solo)(text)
+        else:
+            outcome = self._verify(text) if role == "verifier" else self._call(text)
         if _DIGIT_RE.search(text):
             outcome.local_reward += float(self.options.get("format_bonus", 0.0))
-        if role == "verifier":
+        if role == "verifier" or self.layout in ("team", "solo"):
             return outcome
         if role == "solver":
             self.answer = self.last_value
@@ -232,6 +311,65 @@ class MathToolEnv(TurnEnv):
         local = judgement_reward(self.answer, rejected, self.last_value, self.gold)
         return Outcome(local, float(correct), solved=correct, info={"answer": self.answer, "rejected": rejected})
 
+    # --- the `team` and `solo` layouts (envs/review.py) -------------------------------------------
+    def _solo(self, text: str) -> Outcome:
+        """The lone agent's call runs at once; its result is the answer handed in, unless the calculator refused it."""
+        outcome = self._call(text)
+        outcome.attempt = not isinstance(parse_tool_call(text), str)  # it went to the tool
+        if self.last_value is None:
+            self.feedback = retry_feedback(None, self.last_error, False)
+            return outcome
+        self.answer, self.handed_in = self.last_value, True
+        outcome.solved = same_number(self.answer, self.gold)
+        return outcome
+
+    def _plan(self, text: str) -> Outcome:
+        """The planner's call is kept for the validator; nothing runs yet. Paid as a caller: well-formed or not."""
+        self.pending, self.ran = text, False
+        self.last_call, self.last_value, self.last_error = None, None, None
+        expression = self._expression(text)
+        value = _value(expression)
+        if value is None:
+            call = parse_tool_call(text)
+            self.pending_problem = call if isinstance(call, str) else "the calculator refuses this call"
+        else:
+            self.pending_problem = parameter_problem(expression, self.problem.question, value, self.gold)
+        local = CALL_FAILED if value is None else CALL_RAN
+        return Outcome(local, 0.0, attempt=False, info={"planned": expression})
+
+    def _validate(self, text: str) -> Outcome:
+        """Send the call back (it does not run; the planner is told what was actually wrong) or let it run."""
+        said = review.verdict(text)
+        local = review.judged(said, self.pending_problem is None)
+        if said is False:
+            expression = self._expression(self.pending) or "(unreadable)"
+            value = _value(self._expression(self.pending))
+            self.feedback = sent_back_feedback(expression, self.pending_problem, same_number(value, self.gold))
+            return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", "valid": self.pending_problem is None})
+        self.ran = not isinstance(parse_tool_call(self.pending or ""), str)
+        self._call(self.pending or "")
+        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", "valid": self.pending_problem is None})
+
+    def _read(self, text: str) -> Outcome:
+        """Hand in an answer (ends the episode) or send the call back; with no verdict the result stands."""
+        if not self.ran:  # sent back or no call: nothing to read, the planner tries again
+            return Outcome(review.NOTHING_TO_READ, 0.0, attempt=False, info={"read": "nothing ran"})
+        said = review.verdict(text)
+        right = same_number(self.last_value, self.gold)
+        local = review.judged(said, right)
+        if said is False:
+            self.feedback = retry_feedback(self.last_call, self.last_error, right, judge="reader")
+            return Outcome(local, 0.0, attempt=True, info={"read": "retry"})
+        self.answer, self.handed_in = self.last_value, True  # the result is the answer handed in
+        return Outcome(local, float(right), solved=right, attempt=True, info={"answer": self.answer})
+
+    @staticmethod
+    def _expression(text: str | None) -> str | None:
+        call = parse_tool_call(text or "")
+        if isinstance(call, str) or call.name != "calculator":
+            return None
+        return str(call.arguments.get("expression", ""))[:200]
+
     @property
     def gold(self) -> float:
         return float(self.problem.answer)
@@ -259,8 +397,24 @@ class MathToolEnv(TurnEnv):
         """A correct action for `role` now (from the data's answer)."""
         if role == "verifier":
             return ANSWER_PREFIX + format_number(self.gold)
+        if role == "validator":
+            problem = self.pending_problem
+            return "Yes." if problem is None else f"No: {problem}."
+        if role == "reader":
+            right = same_number(self.last_value, self.gold)
+            return "Yes." if right else "No: it does not answer the question."
         expression = self.problem.meta.get("expression", format_number(self.gold))
         return render_tool_call(ToolCall("calculator", {"expression": expression}))
+
+
+def _value(expression: str | None) -> float | None:
+    """What the calculator would return for `expression`, or None when it refuses it."""
+    if expression is None:
+        return None
+    try:
+        return float(calculate(expression))
+    except CalculatorError:
+        return None
 
 
 def _bad_record(path: Path, line: int, why: str) -> UserError:

@@ -208,7 +208,7 @@ class VllmSampler:
                         top_p=1.0,
                         top_k=0,
                         max_tokens=max_new_tokens,
-                        seed=None if greedy or seeds is None else row_seed(seeds[i], j) % 2**63,
+                        seed=None if greedy or seeds is None else row_seed(seeds[i], j),
                         stop_token_ids=[eos],
                         logprobs=0,  # the sampled token's own log-prob only
                         detokenize=False,

@@ -1,0 +1,116 @@
+"""The review roles of the `team` layouts (math_tool_v0, function_call_v0): the division of labour of issue 15.
+
+A `planner` analyses the request and writes the call; a `validator` checks its parameters before
+anything runs and either lets it run or sends it back; a `reader` reads the result and either
+accepts it (the team hands in its answer, which ends the episode) or sends the call back for
+another round. The matching `solo` layouts give one agent the same request, the same feedback and
+the same rounds: its call runs at once and its result is the answer it hands in, unless the tool
+refused the call (then it tries again with the tool's error).
+
+Each role's no-op (the empty action) is the team without that role: no call (planner), the call
+runs unchecked (validator), the result stands as the answer (reader); `credit: difference`
+compares with it. The judges are paid for a correct judgement, never for a verdict as such
+(`judged`): approving a valid call and sending back an invalid one earn `JUDGED_RIGHT`; a
+rubber-stamped invalid call, a valid one sent back, or no verdict at all earn `JUDGED_WRONG`.
+
+An attempt (docs/metrics.md) is a call that went to the tool: a `solo` call that parsed, a `team`
+call the validator let through (counted on the reader's action, which reads its result). A call
+sent back before it ran is not an attempt: that is what the validator saves.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pettingllms_cli.tools.calls import ToolCall
+
+JUDGED_RIGHT = 1.0  # a judge (validator, reader) whose verdict was right
+JUDGED_WRONG = 0.0  # a wrong verdict, or none
+NOTHING_TO_READ = 0.0  # the reader when no call ran this round: there was nothing to judge
+# The first of these words in a judge's reply is its verdict. Each judge is asked a yes/no question, which a
+# 135M chat model answers with "Yes" or "No" far more often than with a named verdict ("valid").
+APPROVE = ("yes", "valid", "right", "correct", "accept")
+SEND_BACK = ("no", "invalid", "wrong", "incorrect", "not", "retry")
+_VERDICT_RE = re.compile(rf"\b({'|'.join(APPROVE + SEND_BACK)})\b", re.IGNORECASE)
+_TYPES: dict[str, tuple[type, ...]] = {
+    "integer": (int,),
+    "number": (int, float),
+    "float": (int, float),
+    "string": (str,),
+    "boolean": (bool,),
+    "array": (list,),
+    "tuple": (list,),
+    "dict": (dict,),
+    "object": (dict,),
+}
+
+
+def verdict(text: str) -> bool | None:
+    """A judge's verdict: True (let it run / accept), False (send it back), None (no verdict: it goes on unchecked).
+
+    >>> verdict("Yes."), verdict("No: 8 is not in the question."), verdict("I don't know.")
+    (True, False, None)
+    >>> verdict("The call is not valid"), verdict("It is right")
+    (False, True)
+    """
+    match = _VERDICT_RE.search(text)
+    return None if match is None else match.group(1).lower() in APPROVE
+
+
+def judged(said: bool | None, truth: bool) -> float:
+    """A judge's local reward: right when its yes/no matches the truth; no verdict is never paid.
+
+    >>> judged(True, True), judged(False, False), judged(True, False), judged(None, True)
+    (1.0, 1.0, 0.0, 0.0)
+    """
+    return JUDGED_RIGHT if said is not None and said == truth else JUDGED_WRONG
+
+
+def schema_problem(call: ToolCall | str, functions: list[dict]) -> str | None:
+    """Why a call does not fit its function's JSON schema (None when it does): what the validator checks.
+
+    >>> fn = {"name": "area", "parameters": {"properties": {"r": {"type": "integer"}}, "required": ["r"]}}
+    >>> schema_problem(ToolCall("area", {"r": 3}), [fn]), schema_problem(ToolCall("area", {}), [fn])
+    (None, "missing required argument 'r'")
+    >>> schema_problem(ToolCall("area", {"r": "3"}), [fn])
+    "argument 'r' must be integer"
+    """
+    if isinstance(call, str):
+        return call
+    fn = next((f for f in functions if f.get("name") == call.name), None)
+    if fn is None:
+        return f"function {call.name!r} is not offered"
+    params = fn.get("parameters", {})
+    props = params.get("properties", {})
+    unknown = [k for k in call.arguments if k not in props]
+    if unknown:
+        return f"unknown argument {unknown[0]!r}"
+    missing = [k for k in params.get("required", []) if k not in call.arguments]
+    if missing:
+        return f"missing required argument {missing[0]!r}"
+    for key, value in call.arguments.items():
+        kind, allowed = props[key].get("type"), props[key].get("enum")
+        types = _TYPES.get(kind)
+        if types and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            return f"argument {key!r} must be {kind}"
+        if isinstance(allowed, list) and value not in allowed:
+            return f"argument {key!r} must be one of {allowed}"
+    return None
+
+
+def judge_prompt(system: str, shots: list[tuple[str, str]], case: str, ask: str) -> list[dict[str, str]]:
+    """A judge's conversation: its instructions, one worked example per verdict, then the case; each case closes
+    with the yes/no question `ask`, and the reply is not prefilled (the model's first word is the verdict)."""
+    messages = [{"role": "system", "content": system}]
+    for example, reply in shots:
+        messages += [{"role": "user", "content": f"{example}\n{ask}"}, {"role": "assistant", "content": reply}]
+    return messages + [{"role": "user", "content": f"{case}\n{ask}"}]
+
+
+def render_args(call: ToolCall) -> str:
+    """A call as the reader sees it.
+
+    >>> render_args(ToolCall("area", {"r": 3, "unit": "cm"}))
+    "area(r=3, unit='cm')"
+    """
+    return f"{call.name}({', '.join(f'{k}={v!r}' for k, v in call.arguments.items())})"

@@ -86,16 +86,24 @@ def test_credit_none_keeps_the_env_local_reward(smoke_tree):
 def test_every_env_accepts_the_noop_action():
     """Every role of every env and layout takes the empty action (difference credit's no-op) without error, and it
     earns no team reward by itself. What the team reaches after it, once later roles act, is the play-out's
-    business: tests/test_credit.py checks that a planner's choice against the no-op gets credit."""
+    business: tests/test_credit.py checks that a planner's choice against the no-op gets credit.
+
+    The showcase `team` layouts define a reader's no-op as the team without a reader (envs/review.py): the call
+    that ran stands as the answer. After correct earlier roles that answer is right, so it earns what accepting
+    it earns, and never more."""
     from pettingllms_cli.envs import ENVS
 
+    hands_in = {("function_call_v0", "team", "reader"), ("math_tool_v0", "team", "reader")}
     for name, env_cls in sorted(ENVS.items()):
         problem = env_cls.load_problems("generated", "test", 0, 1, {})[0]
         for layout in env_cls.layouts:
             env = env_cls(problem, layout, 1, {})
             for role in env.roles:  # later roles see the earlier roles' correct actions
                 res = env.copy().step(role, "")
-                assert res.team_reward == 0.0, (name, layout, role)
+                if (name, layout, role) in hands_in:
+                    assert res.team_reward == env.copy().step(role, env.reference_action(role)).team_reward == 1.0
+                else:
+                    assert res.team_reward == 0.0, (name, layout, role)
                 env.step(role, env.reference_action(role))
 
 

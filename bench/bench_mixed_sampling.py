@@ -20,7 +20,7 @@ import statistics
 import time
 import warnings
 
-import torch
+from common import perturb_adapters
 
 from pettingllms_cli.envs.math_tool import generate_problems
 from pettingllms_cli.rollout.episodes import make_envs
@@ -46,11 +46,7 @@ def make_team():
         }
     )
     team = Team(spec)
-    with torch.no_grad():
-        torch.manual_seed(0)
-        for name, p in team.models["smol"].named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.02)
+    perturb_adapters(team)
     return team, names
 
 

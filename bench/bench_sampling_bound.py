@@ -26,6 +26,7 @@ import time
 import warnings
 
 import torch
+from common import perturb_adapters
 
 MODEL = "smollm2-135m-instruct"
 PROBLEMS, K, MAX_NEW_TOKENS = 4, 4, 12
@@ -74,11 +75,7 @@ def make_team():
         }
     )
     team = Team(spec)
-    with torch.no_grad():
-        torch.manual_seed(0)
-        for name, p in team.models["smol"].named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.02)
+    perturb_adapters(team)
     return team
 
 

@@ -108,6 +108,12 @@ def _check_models(experiment) -> None:
     from pettingllms_cli.models.loader import check_models  # imported here: torch loads only for commands that need it
 
     check_models(experiment.models)
+    if getattr(experiment, "sampler", "hf") == "vllm":  # before any weight loads: one line, exit 2
+        from pettingllms_cli.policy.vllm_sampler import sampler_problem
+
+        problem = sampler_problem(experiment)
+        if problem:
+            raise UserError(problem)
 
 
 @app.command()

@@ -26,10 +26,11 @@ import torch
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.grpo import k3_kl, masked_sum, ppo_clip_loss
+from pettingllms_cli.algorithms.offpolicy import logprob_gap
 from pettingllms_cli.algorithms.optim import guarded_step
 from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.policy.logprobs import group_logprobs, pad
+from pettingllms_cli.policy.logprobs import group_logprobs, logprob_key, pad
 from pettingllms_cli.rollout.records import Sample
 
 
@@ -42,6 +43,7 @@ class AgentStats:
     tokens: int = 0
     grad_norm: float = 0.0
     skipped: bool = False
+    logprob_gap: float | None = None  # mean |sampler - trainer| log-prob per token; only with a sampler's log-probs
     _sums: dict = field(default_factory=lambda: defaultdict(float))
 
 
@@ -52,8 +54,17 @@ def _by_prompt(samples: list[Sample]) -> dict[tuple, list[Sample]]:
     return batches
 
 
-def update(team: Team, optimizers: dict[str, torch.optim.Optimizer], samples: list[Sample]) -> dict[str, AgentStats]:
+def update(
+    team: Team,
+    optimizers: dict[str, torch.optim.Optimizer],
+    samples: list[Sample],
+    sampler_logp: dict[tuple, torch.Tensor] | None = None,
+) -> dict[str, AgentStats]:
     """`algorithm.update_epochs` passes over the samples, each a backward and an optimizer step per adapter.
+
+    `sampler_logp` (a vLLM sampler's `take_logprobs()`): the sampled tokens' log-probs by `logprob_key`; when given,
+    each agent's `logprob_gap` is the mean |sampler - trainer| log-prob over the completion tokens the first pass
+    scores (this rank's samples). The loss does not use them.
 
     The PPO ratio is taken against the log-probs of the policy that sampled the batch: the first
     pass computes them (the adapters have not moved since sampling) and stores them, detached, for
@@ -67,11 +78,15 @@ def update(team: Team, optimizers: dict[str, torch.optim.Optimizer], samples: li
     sampled: dict[tuple, torch.Tensor] | None = {} if passes > 1 else None  # (agent, prompt) -> old log-probs [K, Lc]
     for epoch in range(passes):
         for adapter in sorted(team.params):  # every adapter on every rank: the gradient all-reduce is collective
-            _update_adapter(team, optimizers[adapter], adapter, by_adapter.get(adapter, []), stats, sampled, epoch == 0)
+            _update_adapter(
+                team, optimizers[adapter], adapter, by_adapter.get(adapter, []), stats, sampled, epoch == 0, sampler_logp
+            )
     _sum_over_ranks(stats)
     for st in stats.values():
         n = max(st.tokens, 1) * passes  # the sums cover every pass
         st.loss, st.kl, st.entropy, st.clip_frac = (st._sums[k] / n for k in ("loss", "kl", "entropy", "clip"))
+        if st._sums.get("gap_tokens"):
+            st.logprob_gap = st._sums["gap"] / st._sums["gap_tokens"]
     return stats
 
 
@@ -83,6 +98,7 @@ def _update_adapter(
     stats: dict[str, AgentStats],
     sampled: dict[tuple, torch.Tensor] | None,
     first: bool,
+    sampler_logp: dict[tuple, torch.Tensor] | None = None,
 ) -> None:
     """Accumulate the adapter's gradient group by group, then clip and step unless it is non-finite."""
     algo = team.spec.algorithm
@@ -100,6 +116,8 @@ def _update_adapter(
         if algo.kl_coef == 0 and all(s.advantage == 0 for s in batch):
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
         loss, logp = batch_loss(team, key[0], batch, st, None if sampled is None else sampled.get(key))
+        if first and sampler_logp is not None:
+            _add_gap(st, adapter, batch, logp, sampler_logp)
         if sampled is not None and key not in sampled:
             sampled[key] = logp  # the sampling policy's log-probs, for the later passes
         loss = loss / total_tokens
@@ -111,6 +129,20 @@ def _update_adapter(
         stats[agent].grad_norm = norm
         stats[agent].skipped = stats[agent].skipped or not math.isfinite(norm)  # any pass skipped
     release_freed_memory()  # this adapter's activations: freed, so the next agent does not stack its own on top
+
+
+def _add_gap(
+    st: AgentStats, adapter: str, batch: list[Sample], logp: torch.Tensor, sampler_logp: dict[tuple, torch.Tensor]
+) -> None:
+    """Add |sampler - trainer| log-prob sums of a group's completions (those the sampler recorded) to `st`."""
+    for row, s in enumerate(batch):
+        ids = torch.as_tensor(s.completion)
+        theirs = sampler_logp.get(logprob_key(adapter, s.prompt, ids))
+        if theirs is None or len(theirs) != len(ids):
+            continue
+        ours = logp[row, : len(ids)].float().cpu()
+        st._sums["gap"] += float(logprob_gap(theirs[None].float(), ours[None], torch.ones(1, len(ids))) * len(ids))
+        st._sums["gap_tokens"] += len(ids)
 
 
 def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:

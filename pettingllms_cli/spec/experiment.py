@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.spec.sampler_settings import VllmSettings
 
 NAME_RE = r"^[A-Za-z][A-Za-z0-9_]*$"  # use with re.fullmatch: `$` alone also matches before a trailing newline
 MAX_GROUP_SIZE = 256  # K samples are generated in one batch per group; far past this they cannot fit in memory
@@ -231,6 +232,15 @@ class Experiment(Strict):
     )
     algorithm: AlgorithmSpec = Field(default_factory=AlgorithmSpec, description="AT-GRPO settings.")
     train: TrainSpec = Field(default_factory=TrainSpec, description="Training budget.")
+    sampler: Literal["hf", "vllm"] = Field(
+        "hf",
+        description="Where `train` samples its rollouts: `hf`, the trainer's own model (HF generate with a shared prompt "
+        "cache); `vllm`, one vLLM engine per base with a LoRA per agent, adapters pushed after every update "
+        "(needs vLLM installed; docs/vllm.md). Evaluation samples on `hf` either way.",
+    )
+    vllm: VllmSettings = Field(
+        default_factory=VllmSettings, description="The vLLM engines' settings, used when `sampler: vllm` (docs/vllm.md)."
+    )
     output_dir: str | None = Field(None, description="Run directory; default `runs/<name>`.")
 
     @model_validator(mode="after")

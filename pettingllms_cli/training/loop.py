@@ -19,6 +19,7 @@ test_signals.py, test_run_lock.py, test_damage.py):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 import shlex
@@ -42,6 +43,8 @@ from pettingllms_cli.envs.loading import load_split, problems_fingerprint
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import append_jsonl, clean_metrics, read_json, write_json
 from pettingllms_cli.policy.adapters import Team
+from pettingllms_cli.policy.sampler import Sampler
+from pettingllms_cli.policy.vllm_sampler import VllmSampler
 from pettingllms_cli.rollout.episodes import make_envs
 from pettingllms_cli.rollout.records import Rollout, Sample
 from pettingllms_cli.rollout.roles import RoleAssigner
@@ -101,10 +104,13 @@ def train_locked(
 ) -> Path:
     """`train` once this process holds the run directory's writer lock."""
     changes = distributed.on_main(prepare_run_dir, spec, run_dir, resume, overwrite, force)  # rank 0 alone writes files
-    with GracefulStop() as stop:
+    with GracefulStop() as stop, contextlib.ExitStack() as closing:
         seed_everything(spec.seed)
         with distributed.main_first():  # rank 0 fills the model cache before the others read it
             team = Team(spec)  # bases and adapters
+        sampler = VllmSampler(team, spec.vllm) if spec.sampler == "vllm" else team  # where rollouts sample
+        if isinstance(sampler, VllmSampler):
+            closing.callback(sampler.close)  # engines stopped and pushed adapters removed however the run ends
         optimizers = make_optimizers(team)  # one AdamW per adapter
         roles = RoleAssigner(spec)  # who plays which role in each episode
         distributed.on_main(check_disk_space, team, optimizers, run_dir)
@@ -116,6 +122,7 @@ def train_locked(
                 write_json(run_dir / "eval_before.json", before)
         learner = Learner(team, optimizers, roles)
         state = resume_everywhere(learner, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
+        push_adapters(sampler, team)  # a resume loaded other adapters
 
         with progress_bar(console) as bar:
             task = bar.add_task(spec.name, total=spec.train.steps, completed=min(state.step, spec.train.steps), status="")
@@ -126,17 +133,21 @@ def train_locked(
                 torch.manual_seed(step_seed(spec.seed, step))  # sampling depends on (seed, step) only
                 problems = problems_for_step(train_problems, spec, step)
                 assignment = roles.assign(step, len(problems))  # role -> agent of each episode, alike on every rank
-                rollout = collect(team, spec, distributed.shard(problems), distributed.shard(assignment))  # this rank's share
+                rollout = collect(sampler, spec, distributed.shard(problems), distributed.shard(assignment))  # this rank's share
                 trainable = rollout.samples + rollout.intents  # actions, and intents under `parallel` + intent protocol
                 dropped = assign_advantages(spec, trainable)  # advantage per group
-                stats = update(team, optimizers, [s for s in trainable if s.group not in dropped])  # loss + optimizer step
+                sampler_logp = sampler.take_logprobs() if isinstance(sampler, VllmSampler) else None
+                stats = update(team, optimizers, [s for s in trainable if s.group not in dropped], sampler_logp)  # loss + step
+                push_adapters(sampler, team)  # vLLM samples the next step with the updated adapters
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
                 roles.record(whole.assignment, [float(e.success) for e in played])  # adaptive roles learn
                 distilled = distill(team, optimizers, whole.samples, step)  # cross-agent distillation, every N steps
+                push_adapters(sampler, team)  # distillation stepped optimizers too
                 state = advance(state, stats)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
                 metrics |= team_metrics(team, roles, whole, distilled)  # reward parts, roles per episode, memory, distillation
+                metrics |= {f"sampler_logprob_gap/{a}": st.logprob_gap for a, st in stats.items() if st.logprob_gap is not None}
                 metrics |= heldout_metrics(team, roles, spec, eval_problems, state.step)  # every train.eval_every steps
                 metrics = clean_metrics(metrics)  # NaN/inf -> null, floats rounded (docs/metrics.md)
                 if distributed.is_main():
@@ -222,7 +233,13 @@ def epoch_order(size: int, n: int, seed: int, epoch: int) -> list[int]:
 
 
 # --- one step -------------------------------------------------------------------------------
-def collect(team: Team, spec: Experiment, problems: list[Problem], assignment: list[dict[str, str]] | None = None) -> Rollout:
+def push_adapters(sampler: Sampler, team: Team) -> None:
+    """Send changed adapters to a vLLM sampler (a no-op for the HF path, and for adapters that did not change)."""
+    if isinstance(sampler, VllmSampler):
+        sampler.push_adapters(team, sorted(team.spec.agents))
+
+
+def collect(team: Sampler, spec: Experiment, problems: list[Problem], assignment: list[dict[str, str]] | None = None) -> Rollout:
     envs = make_envs(spec, problems)
     started = time.perf_counter()
     if spec.algorithm.rollout == "tree":

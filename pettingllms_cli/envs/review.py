@@ -90,7 +90,7 @@ def schema_problem(call: ToolCall | str, functions: list[dict]) -> str | None:
         return f"missing required argument {missing[0]!r}"
     for key, value in call.arguments.items():
         kind, allowed = props[key].get("type"), props[key].get("enum")
-        types = _TYPES.get(kind)
+        types = _TYPES.get(kind) if isinstance(kind, str) else None  # a list of types (JSON schema) is not checked
         if types and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
             return f"argument {key!r} must be {kind}"
         if isinstance(allowed, list) and value not in allowed:

@@ -53,8 +53,8 @@ def test_sigint_in_process_stops_after_the_step_with_a_checkpoint(tmp_path: Path
     run_dir = tmp_path / "run"
     real_update = train_mod.update
 
-    def update_then_interrupt(team, optimizers, samples):
-        stats = real_update(team, optimizers, samples)
+    def update_then_interrupt(team, optimizers, samples, *rest):
+        stats = real_update(team, optimizers, samples, *rest)
         os.kill(os.getpid(), signal.SIGINT)  # arrives mid-step: the step still finishes
         return stats
 

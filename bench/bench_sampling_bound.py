@@ -26,7 +26,7 @@ import time
 import warnings
 
 import torch
-from common import perturb_adapters
+from common import quickstart_team
 
 MODEL = "smollm2-135m-instruct"
 PROBLEMS, K, MAX_NEW_TOKENS = 4, 4, 12
@@ -59,24 +59,8 @@ def copy_bytes_per_cpu_second(mb: int = 256, reps: int = 4) -> float:
 
 
 def make_team():
-    """The quickstart team with the caller's LoRA B drawn non-zero (an untrained B of zeros would be a no-op)."""
-    from pettingllms_cli.policy.adapters import Team
-    from pettingllms_cli.spec import parse_spec
-
-    spec = parse_spec(
-        {
-            "name": "bench_bound",
-            "env": {"name": "math_tool_v0", "layout": "multi", "options": {"ops": "+-*/"}},
-            "models": {"smol": {"source": MODEL, "dtype": "float32", "quantization": "none"}},
-            "agents": {
-                "caller": {"model": "smol", "roles": ["tool_caller"], "lora": {"r": 16, "alpha": 32}},
-                "verifier": {"model": "smol", "roles": ["verifier"], "lora": {"r": 16, "alpha": 32}},
-            },
-        }
-    )
-    team = Team(spec)
-    perturb_adapters(team)
-    return team
+    """The quickstart team with non-zero LoRA B (an untrained B of zeros would be a no-op)."""
+    return quickstart_team("bench_bound")
 
 
 def main() -> None:

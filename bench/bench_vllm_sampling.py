@@ -24,29 +24,14 @@ import time
 import warnings
 
 import torch
-from common import perturb_adapters
+from common import quickstart_team
 
 K = 8
 
 
 def make_team():
-    from pettingllms_cli.policy.adapters import Team
-    from pettingllms_cli.spec import parse_spec
-
-    spec = parse_spec(
-        {
-            "name": "bench_vllm",
-            "env": {"name": "math_tool_v0", "layout": "multi"},
-            "models": {"smol": {"source": "smollm2-135m-instruct", "dtype": "float32", "quantization": "none"}},
-            "agents": {
-                "caller": {"model": "smol", "roles": ["tool_caller"], "lora": {"r": 16, "alpha": 32}},
-                "verifier": {"model": "smol", "roles": ["verifier"], "lora": {"r": 16, "alpha": 32}},
-            },
-        }
-    )
-    team = Team(spec)
-    perturb_adapters(team)
-    return team
+    """The quickstart team with non-zero LoRA B (an untrained B of zeros would be a no-op)."""
+    return quickstart_team("bench_vllm")
 
 
 def timed(fn, repeats: int) -> tuple[float, int]:

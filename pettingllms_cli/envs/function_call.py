@@ -271,16 +271,11 @@ class FunctionCallEnv(TurnEnv):
         return Outcome(local, 0.0, attempt=False, info={"calls": [c.__dict__ for c in self.pending]})
 
     def _validate(self, text: str) -> Outcome:
-        """Send the calls back (they do not run; the planner is told what was actually wrong) or let them run."""
+        """Send the calls back (they do not run; the planner hears the validator's words) or let them run."""
         said = review.verdict(text)
         local = review.judged(said, self.pending_problem is None)
         if said is False:
-            if self.pending_problem is not None:
-                self.feedback = f"Your call was sent back before it ran: {self.pending_problem}."
-            elif self.pending_right:
-                self.feedback = "Your call was sent back before it ran, but it was right. Make it again."
-            else:
-                self.feedback = f"Your call was sent back before it ran: it fits the schema, but {self.pending_why}."
+            self.feedback = review.sent_back(self._shown_calls(), "validator", text)
             return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", "valid": self.pending_problem is None})
         self.ran = bool(self.pending)
         return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", "valid": self.pending_problem is None})
@@ -292,20 +287,21 @@ class FunctionCallEnv(TurnEnv):
         said = review.verdict(text)
         local = review.judged(said, self.pending_right)
         if said is False:
-            right = "was right, but the reader sent it back. Make it again"
-            self.feedback = f"Your last call {right if self.pending_right else 'was wrong: ' + self.pending_why}."
+            self.feedback = review.sent_back(self._shown_calls(), "reader", text, self.pending_problem)
             return Outcome(local, 0.0, attempt=True, info={"read": "retry"})
         self.handed_in, self.correct = True, self.pending_right
         return Outcome(local, float(self.correct), solved=self.correct, attempt=True, info={"read": "accept"})
 
+    def _shown_calls(self) -> str:
+        return ", ".join(review.render_args(c) for c in self.pending) or "(no readable call)"
+
     def _validator_case(self) -> str:
         called = {c.name for c in self.pending}
         fns = [f for f in self.functions if f["name"] in called] or self.functions
-        shown = ", ".join(review.render_args(c) for c in self.pending) or "(no readable call)"
-        return "\n".join(f"Function: {signature(f)}" for f in fns) + f"\nCall: {shown}"
+        return "\n".join(f"Function: {signature(f)}" for f in fns) + f"\nCall: {self._shown_calls()}"
 
     def _reader_case(self) -> str:
-        shown = ", ".join(review.render_args(c) for c in self.pending) or "(no readable call)"
+        shown = self._shown_calls()
         result = "(nothing ran)" if not self.ran else "ran" if self.pending_problem is None else f"error: {self.pending_problem}"
         return f"Request: {self.problem.question}\nCall: {shown}\nResult: {result}"
 

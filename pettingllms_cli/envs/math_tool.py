@@ -181,24 +181,7 @@ def parameter_problem(expression: str, question: str, value: float | None, gold:
     return None
 
 
-def sent_back_feedback(call: str, problem: str | None, right: bool) -> str:
-    """What the planner is told when the validator sent its call back: what was actually wrong, if anything.
-
-    >>> sent_back_feedback("12+9", "it uses 9, which is not in the question", False)
-    'Your call 12+9 was sent back before it ran: it uses 9, which is not in the question. Try again.'
-    >>> sent_back_feedback("12+7", None, True)
-    'Your call 12+7 was sent back before it ran, but it was right. Make the call again.'
-    """
-    if problem is not None:
-        return f"Your call {call} was sent back before it ran: {problem}. Try again."
-    if right:
-        return f"Your call {call} was sent back before it ran, but it was right. Make the call again."
-    return f"Your call {call} was sent back before it ran: its numbers are fine, but its result would not answer it. Try again."
-
-
-def retry_feedback(
-    call: str | None, error: str | None, call_right: bool, answer: float | None = None, judge: str = "verifier"
-) -> str:
+def retry_feedback(call: str | None, error: str | None, call_right: bool, answer: float | None = None) -> str:
     """What a caller's retry is told about the last round: what actually went wrong.
 
     >>> retry_feedback(None, "unknown tool 'x'", False)
@@ -214,7 +197,7 @@ def retry_feedback(
         return f"Your last call failed ({error or 'no valid call'}). Try again."
     if not call_right:
         return f"Your last call {call} was wrong: its result does not answer the question. Try again."
-    verdict = f"the {judge} rejected it" if answer is None else f"the final answer given was {format_number(answer)}"
+    verdict = "the verifier rejected it" if answer is None else f"the final answer given was {format_number(answer)}"
     return f"Your last call {call} was right, but {verdict}. Make the call again."
 
 
@@ -338,13 +321,11 @@ class MathToolEnv(TurnEnv):
         return Outcome(local, 0.0, attempt=False, info={"planned": expression})
 
     def _validate(self, text: str) -> Outcome:
-        """Send the call back (it does not run; the planner is told what was actually wrong) or let it run."""
+        """Send the call back (it does not run; the planner hears the validator's words) or let it run."""
         said = review.verdict(text)
         local = review.judged(said, self.pending_problem is None)
         if said is False:
-            expression = self._expression(self.pending) or "(unreadable)"
-            value = _value(self._expression(self.pending))
-            self.feedback = sent_back_feedback(expression, self.pending_problem, same_number(value, self.gold))
+            self.feedback = review.sent_back(self._expression(self.pending) or "(unreadable)", "validator", text)
             return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", "valid": self.pending_problem is None})
         self.ran = not isinstance(parse_tool_call(self.pending or ""), str)
         self._call(self.pending or "")
@@ -358,7 +339,7 @@ class MathToolEnv(TurnEnv):
         right = same_number(self.last_value, self.gold)
         local = review.judged(said, right)
         if said is False:
-            self.feedback = retry_feedback(self.last_call, self.last_error, right, judge="reader")
+            self.feedback = review.sent_back(self.last_call or self._expression(self.pending) or "(unreadable)", "reader", text, self.last_error)
             return Outcome(local, 0.0, attempt=True, info={"read": "retry"})
         self.answer, self.handed_in = self.last_value, True  # the result is the answer handed in
         return Outcome(local, float(right), solved=right, attempt=True, info={"answer": self.answer})

@@ -3,7 +3,9 @@
 A `planner` analyses the request and writes the call; a `validator` checks its parameters before
 anything runs and either lets it run or sends it back; a `reader` reads the result and either
 accepts it (the team hands in its answer, which ends the episode) or sends the call back for
-another round. The matching `solo` layouts give one agent the same request, the same feedback and
+another round. A call sent back comes with the judge's own
+words (`sent_back`), never with what the answer key says is wrong: the team knows only what its
+members say, as the lone agent does. The matching `solo` layouts give one agent the same request and
 the same rounds: its call runs at once and its result is the answer it hands in, unless the tool
 refused the call (then it tries again with the tool's error).
 
@@ -27,6 +29,7 @@ from pettingllms_cli.tools.calls import ToolCall
 JUDGED_RIGHT = 1.0  # a judge (validator, reader) whose verdict was right
 JUDGED_WRONG = 0.0  # a wrong verdict, or none
 NOTHING_TO_READ = 0.0  # the reader when no call ran this round: there was nothing to judge
+REASON_CHARS = 160  # how much of a judge's reply the planner hears when its call is sent back
 # The first of these words in a judge's reply is its verdict. Each judge is asked a yes/no question, which a
 # 135M chat model answers with "Yes" or "No" far more often than with a named verdict ("valid").
 APPROVE = ("yes", "valid", "right", "correct", "accept")
@@ -64,6 +67,20 @@ def judged(said: bool | None, truth: bool) -> float:
     (1.0, 1.0, 0.0, 0.0)
     """
     return JUDGED_RIGHT if said is not None and said == truth else JUDGED_WRONG
+
+
+def sent_back(call: str, judge: str, reply: str, tool_error: str | None = None) -> str:
+    """What the planner hears when a judge sent its call back: the judge's own words (and the tool's error, which a
+    lone agent hears too), never the answer key. The team knows only what its members say.
+
+    >>> sent_back("12+9", "validator", "No: 9 is not in the question.")
+    'Your call 12+9 was sent back by the validator, who said: "No: 9 is not in the question." Try again.'
+    >>> sent_back("12/0", "reader", "No.", "division by zero")
+    'Your call 12/0 failed (division by zero) and was sent back by the reader, who said: "No." Try again.'
+    """
+    said = " ".join(reply.split())[:REASON_CHARS] or "nothing"
+    failed = f" failed ({tool_error}) and" if tool_error else ""
+    return f'Your call {call}{failed} was sent back by the {judge}, who said: "{said}" Try again.'
 
 
 def schema_problem(call: ToolCall | str, functions: list[dict]) -> str | None:

@@ -339,7 +339,8 @@ class MathToolEnv(TurnEnv):
         right = same_number(self.last_value, self.gold)
         local = review.judged(said, right)
         if said is False:
-            self.feedback = review.sent_back(self.last_call or self._expression(self.pending) or "(unreadable)", "reader", text, self.last_error)
+            call = self.last_call or self._expression(self.pending) or "(unreadable)"
+            self.feedback = review.sent_back(call, "reader", text, self.last_error)
             return Outcome(local, 0.0, attempt=True, info={"read": "retry"})
         self.answer, self.handed_in = self.last_value, True  # the result is the answer handed in
         return Outcome(local, float(right), solved=right, attempt=True, info={"answer": self.answer})

@@ -62,7 +62,7 @@ def main() -> None:
     team, names = make_team()
     envs = make_envs(team.spec, generate_problems(0, per_agent_problems * len(names), "bench"))
     agents = [names[i % len(names)] for i in range(len(envs))]  # what `rotate` gives one role over a step
-    prompts = [team.encode(a, env.view("tool_caller")) for a, env in zip(agents, envs, strict=True)]  # the real prompt
+    prompts = [team.encode(a, env.observe("tool_caller")) for a, env in zip(agents, envs, strict=True)]  # the real prompt
 
     def per_agent() -> list:
         out = [None] * len(prompts)

@@ -81,7 +81,7 @@ def main() -> None:
     params = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     envs = make_envs(team.spec, generate_problems(0, PROBLEMS, "bench"))
-    prompts = [team.encode("caller", env.view("tool_caller")) for env in envs]
+    prompts = [team.encode("caller", env.observe("tool_caller")) for env in envs]
     seeds = [1000 + i for i in range(PROBLEMS)]
 
     rates, cpu_seconds, wall_seconds, tokens = [], [], [], 0

@@ -72,7 +72,7 @@ def main() -> None:
     team = make_team()
     envs = make_envs(team.spec, generate_problems(0, 2 * problems, "bench"))
     agents = ["caller" if i % 2 == 0 else "verifier" for i in range(len(envs))]
-    prompts = [team.encode(a, env.view("tool_caller")) for a, env in zip(agents, envs, strict=True)]
+    prompts = [team.encode(a, env.observe("tool_caller")) for a, env in zip(agents, envs, strict=True)]
     seeds = list(range(len(prompts)))
     start = time.perf_counter()
     sampler = VllmSampler(team, VllmSettings(enforce_eager=True, cpu_kv_cache_gib=1.0, max_model_len=1024))

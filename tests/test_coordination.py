@@ -1,9 +1,10 @@
 """The coordination protocol (issue 4, item 6): an intent round before each turn's actions.
 
 Checked: every role declares before any role acts, and sees the intents declared before it;
-actions see the whole turn's intents; the env checks each action against its intent and logs
-`intent_agreement`; intents are trained under `parallel` (with their episode's reward) and not
-under `tree`; `agreement_bonus` rewards an action that does what it said; a run logs the metric.
+actions see the whole turn's intents; each action is checked against its intent (the env's
+judgement, on the generated text; the rollout's `Play` keeps the checks) and `intent_agreement`
+is logged; intents are trained under `parallel` (with their episode's reward) and not under
+`tree`; `agreement_bonus` rewards an action that does what it said; a run logs the metric.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.rollout import coordination
+from pettingllms_cli.rollout.coordination import Play
+from pettingllms_cli.rollout.episodes import record
 from pettingllms_cli.rollout.tree import parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from tests.conftest import EXPERIMENTS, FAST, run_cli
@@ -71,8 +74,8 @@ def test_extract_takes_the_tag_and_one_line():
 
 
 def test_env_shows_the_turns_intents_and_checks_actions_against_them():
-    e = MathToolEnv(PROBLEM, "multi", 2, {})
-    assert e.view("verifier") == e.observe("verifier")  # no intents: the plain observation
+    e = Play(MathToolEnv(PROBLEM, "multi", 2, {}))
+    assert e.view("verifier") == e.env.observe("verifier")  # no intents: the plain observation
     e.declare("tool_caller", "compute 12+7")
     e.declare("verifier", "answer 19")
     shown = e.view("verifier")[-2]["content"]
@@ -84,19 +87,19 @@ def test_env_shows_the_turns_intents_and_checks_actions_against_them():
     assert res.info["intent_agrees"] is False and res.info["intent"] == "answer 19"
     assert e.intent_agreement == 0.5
     assert e.intents == {}  # the turn is over: the next one opens with a new round
-    assert e.state()["intent_agreement"] == 0.5
+    assert record(e).state["intent_agreement"] == 0.5
 
 
 def test_an_intent_that_only_repeats_the_prefill_does_not_agree():
-    e = MathToolEnv(PROBLEM, "multi", 2, {})
+    e = Play(MathToolEnv(PROBLEM, "multi", 2, {}))
     e.step("tool_caller", '<tool_call>{"name": "calculator", "arguments": {"expression": "12+7"}}</tool_call>')
-    prefill = e.prefill("verifier")
+    prefill = e.env.prefill("verifier")
     assert prefill == "Answer: "
     e.declare("verifier", "answer")  # names only what the env prefills
     res = e.step("verifier", prefill + "19")
     assert res.info["intent_agrees"] is False  # the generated "19" does not do what "answer" says
     e.declare("tool_caller", "calculator")  # the caller's prefill names the calculator
-    res = e.step("tool_caller", e.prefill("tool_caller") + '12+7"}}</tool_call>')
+    res = e.step("tool_caller", e.env.prefill("tool_caller") + '12+7"}}</tool_call>')
     assert res.info["intent_agrees"] is False
 
 

@@ -58,6 +58,7 @@ def test_wrong_answer_retries_then_truncates():
 
 
 def test_unsolved_and_solved_at_the_last_attempt_differ():
+    from pettingllms_cli.rollout.coordination import Play
     from pettingllms_cli.rollout.episodes import episode_metrics, record
 
     wrong = CALL_PREFIX + '1+1"}}</tool_call>'
@@ -66,7 +67,7 @@ def test_unsolved_and_solved_at_the_last_attempt_differ():
         env.step("solver", wrong)
         env.step("solver", second)
     assert (unsolved.attempts, last.attempts) == (None, 2)
-    m_unsolved, m_last = episode_metrics([record(unsolved)]), episode_metrics([record(last)])
+    m_unsolved, m_last = episode_metrics([record(Play(unsolved))]), episode_metrics([record(Play(last))])
     assert (m_unsolved["team_success_rate"], m_unsolved["mean_attempts_to_success"]) == (0.0, None)
     assert (m_last["team_success_rate"], m_last["mean_attempts_to_success"]) == (1.0, 2.0)
     assert m_unsolved != m_last

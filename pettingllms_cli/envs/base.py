@@ -2,10 +2,9 @@
 
 `TurnEnv` holds what every env shares: the turn order, rounds, termination, the transcript,
 `copy()` for tree sampling and `state()` for logs. A concrete env implements `observe`,
-`_act` (score one action) and `load_problems`. The env's side of the optional intent round
-(envs/intents.py; the round itself is rollout/coordination.py) lives here too: `declare` an
-intent, `view` an observation with the turn's intents, and each action is checked against its
-role's intent (`intent_agreement`).
+`_act` (score one action) and `load_problems`. The optional intent protocol is the rollout's
+(rollout/coordination.py holds the turn's intents and the checks); the env's only part is its
+judgement of whether an action did what its role's intent said (`intent_agrees`, envs/intents.py).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from pettingllms_cli.envs import intents
+from pettingllms_cli.envs.intents import agrees
 from pettingllms_cli.envs.messages import Message
 from pettingllms_cli.envs.messages import prefill as messages_prefill
 from pettingllms_cli.errors import UserError
@@ -103,8 +102,6 @@ class TurnEnv:
         self.truncated = False
         self.handed_in = False  # the team handed in its final answer, right or wrong: the episode ends (envs that commit set it)
         self.transcript: list[dict] = []
-        self.intents: dict[str, str] = {}  # role -> intent declared this turn (coordination round)
-        self.intent_checks: list[bool] = []  # per action taken after an intent: did it agree?
         self._reset_task()
         return {role: self.observe(role) for role in self.roles}
 
@@ -116,14 +113,7 @@ class TurnEnv:
         if role != expected:
             raise ValueError(f"{self.name}: it is {expected!r}'s turn, not {role!r}")
         text = text if isinstance(text, str) else ""
-        prefill = self.prefill(role) if role in self.intents else ""  # before _act changes what the role would see
         out = self._act(role, text)
-        if role in self.intents:
-            # Judged on what the model generated: text the env prefilled agrees with any intent that restates it.
-            generated = text[len(prefill) :] if prefill and text.startswith(prefill) else text
-            agreed = bool(self.intent_agrees(role, self.intents[role], generated))
-            out.info = {**out.info, "intent": self.intents[role], "intent_agrees": agreed}
-            self.intent_checks.append(agreed)
         self.transcript.append({"turn": self.turn, "role": role, "text": text, **out.info})
         if out.solved or (self.is_attempt(role) if out.attempt is None else out.attempt):
             self.attempts_made += 1  # the solving action is always an attempt: it gave the answer
@@ -135,19 +125,9 @@ class TurnEnv:
         if self.next_role == len(self.roles):
             self.next_role = 0
             self.turn += 1
-            self.intents = {}  # a new turn opens with a new intent round
         self.terminated = self.success or self.handed_in
         self.truncated = not self.terminated and self.turn >= self.max_turns
         return StepResult(out.local_reward, out.team_reward, self.terminated, self.truncated, out.info)
-
-    # --- coordination (optional intent round) ---------------------------------------------------
-    def declare(self, role: str, intent: str) -> None:
-        """Broadcast `role`'s intent for this turn; every `view` shows it until the turn ends."""
-        self.intents[role] = intent
-
-    def view(self, role: str) -> list[Message]:
-        """`observe(role)` with the intents declared this turn (the same as observe when there are none)."""
-        return intents.view(self.observe(role), self.intents)
 
     def prefill(self, role: str) -> str:
         """The text `observe(role)` puts at the start of the role's answer (its assistant prefill), or ''."""
@@ -157,14 +137,9 @@ class TurnEnv:
     def intent_agrees(self, role: str, intent: str, action: str) -> bool:
         """Does `action` (the generated text, without the env's prefill) do what `intent` said?
 
-        Textual by default (intents.agrees); envs may override.
+        Asked by the intent protocol (rollout/coordination.py). Textual by default (intents.agrees); envs may override.
         """
-        return intents.agrees(intent, action)
-
-    @property
-    def intent_agreement(self) -> float | None:
-        """Share of the actions taken after an intent that agreed with it; None when no intent was declared."""
-        return sum(self.intent_checks) / len(self.intent_checks) if self.intent_checks else None
+        return agrees(intent, action)
 
     @property
     def done(self) -> bool:
@@ -202,7 +177,6 @@ class TurnEnv:
             "next_role": self.current_role,
             "success": self.success,
             "attempts": self.attempts,
-            "intent_agreement": self.intent_agreement,
             "transcript": self.transcript,
         }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
+from pettingllms_cli.rollout.coordination import Play
 from pettingllms_cli.spec import Experiment
 
 
@@ -24,7 +25,7 @@ class Episode:
     turns: int  # rounds played, an unfinished one counted
     transcript: list[dict]  # every action with what the env made of it
     intent_checks: list[bool]  # per action taken after an intent: did it agree? (coordination)
-    state: dict  # the env's `state()` at the end, as reports show it
+    state: dict  # the env's `state()` at the end with the intent checks, as reports show it
 
     @property
     def intent_agreement(self) -> float | None:
@@ -32,18 +33,15 @@ class Episode:
         return sum(self.intent_checks) / len(self.intent_checks) if self.intent_checks else None
 
 
-def record(env: TurnEnv) -> Episode:
-    """The record of an episode played in `env`."""
+def record(play: Play) -> Episode:
+    """The record of an episode: its env, and the intent protocol's checks (rollout/coordination.py)."""
+    env = play.env
     turns = min(env.turn + (env.next_role > 0), env.max_turns)
+    transcript = play.transcript()
+    state = {key: value for key, value in env.state().items() if key != "transcript"}
+    state |= {"intent_agreement": play.intent_agreement, "transcript": transcript}
     return Episode(
-        env.problem.id,
-        env.problem.question,
-        bool(env.success),
-        env.attempts,
-        turns,
-        list(env.transcript),
-        list(env.intent_checks),
-        env.state(),
+        env.problem.id, env.problem.question, bool(env.success), env.attempts, turns, transcript, play.intent_checks, state
     )
 
 

@@ -11,6 +11,7 @@ Each episode has its own role -> agent assignment (roles.py); the default is the
 `parallel`: K independent episodes per problem; an agent's samples are scored by their
 episode's final reward and grouped by (problem, agent).
 
+Each episode is played as a `Play` (coordination.py): its env with the intent protocol's state.
 With `coordination.protocol: intent`, each turn opens with an intent round (coordination.py):
 every role declares, in turn order, one sample per episode, before any role acts. Under
 `parallel` those declarations are part of the agent's episode and trained with its reward
@@ -29,6 +30,7 @@ from pettingllms_cli.envs.messages import action_text
 from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.sampling import base_seed, row_seed
 from pettingllms_cli.rollout import coordination
+from pettingllms_cli.rollout.coordination import Play
 from pettingllms_cli.rollout.credit import NOOP, combine, local_term, plays_on
 from pettingllms_cli.rollout.episodes import Episode, record
 from pettingllms_cli.rollout.records import Rollout, Sample
@@ -68,29 +70,29 @@ def _act(
 def _declare_intents(
     team: Sampler,
     spec: Experiment,
-    envs: list[TurnEnv],
+    plays: list[Play],
     agents_of: list[Assignment],
     seed_keys: list[tuple],
     turn: int,
     greedy: bool,
     rollout: Rollout,
 ) -> list[list[Sample]]:
-    """The intent round of a turn: each role, in turn order, declares in every unfinished env. Returns each env's declarations.
+    """The intent round of a turn: each role, in turn order, declares in every unfinished episode; returns its declarations.
 
-    Env i's intent draws are seeded by (seed_keys[i], role, turn), like its actions (sampling.py).
+    Episode i's intent draws are seeded by (seed_keys[i], role, turn), like its actions (sampling.py).
     """
-    declared: list[list[Sample]] = [[] for _ in envs]
+    declared: list[list[Sample]] = [[] for _ in plays]
     if spec.coordination.protocol != "intent":
         return declared
-    active = [i for i, env in enumerate(envs) if not env.done]
-    for role in envs[0].roles if envs else ():
-        observations = [coordination.intent_prompt(envs[i].observe(role), envs[i].intents) for i in active]
+    active = [i for i, play in enumerate(plays) if not play.done]
+    for role in plays[0].env.roles if plays else ():
+        observations = [coordination.intent_prompt(plays[i].env.observe(role), plays[i].intents) for i in active]
         agents = [agents_of[i][role] for i in active]
         seeds = [row_seed(*seed_keys[i], role, turn, "intent") for i in active]
         acted = _act(team, spec, observations, agents, 1, greedy, rollout, seeds, spec.coordination.intent_tokens)
         for i, obs, agent, (prompt, [(text, ids)]) in zip(active, observations, agents, acted, strict=True):
-            env = envs[i]
-            env.declare(role, coordination.extract(text))
+            play, env = plays[i], plays[i].env
+            play.declare(role, coordination.extract(text))
             declared[i].append(_sample(agent, role, env.turn, (env.problem.id, agent), prompt, ids, text, obs))
     return declared
 
@@ -105,7 +107,7 @@ def _local(spec: Experiment, res: StepResult, team: float, noop: float | None) -
 def play_out(
     team: Sampler,
     spec: Experiment,
-    starts: list[tuple[TurnEnv, StepResult]],
+    starts: list[tuple[Play, StepResult]],
     agents_of: list[Assignment],
     seed_of: Callable[[int, str], int],
     later: tuple[str, ...],
@@ -120,7 +122,7 @@ def play_out(
     `seed_of(j, role)`: starts of one problem share it, so their outcomes differ only through their state.
     """
     outcome = [res.team_reward for _, res in starts]
-    probes = [env.copy() for env, _ in starts] if later else [env for env, _ in starts]
+    probes = [play.copy() for play, _ in starts] if later else [play for play, _ in starts]
     before = rollout.tokens
     for role in later:
         live = [j for j, probe in enumerate(probes) if not probe.done]
@@ -133,7 +135,7 @@ def play_out(
         for j, (_, [(text, _)]) in zip(live, acted, strict=True):
             outcome[j] = probes[j].step(role, text).team_reward
     rollout.lookahead_tokens += rollout.tokens - before
-    return outcome, [probe.success for probe in probes]
+    return outcome, [probe.env.success for probe in probes]
 
 
 def _sample(
@@ -148,9 +150,9 @@ def _sample(
     return Sample(agent, role, turn, group[0], group, prompt, ids, text, reward, team_reward, local, 0.0, env_local, obs)
 
 
-def _stepped(env: TurnEnv, role: str, text: str) -> tuple[TurnEnv, StepResult]:
-    """A copy of env after `role` plays `text`, and that step's result (env itself is untouched)."""
-    branch = env.copy()
+def _stepped(play: Play, role: str, text: str) -> tuple[Play, StepResult]:
+    """A copy of the episode after `role` plays `text`, and that step's result (`play` itself is untouched)."""
+    branch = play.copy()
     return branch, branch.step(role, text)
 
 
@@ -162,7 +164,7 @@ def _play_out_seeds(base: int, problem_ids: list[str], role: str, turn: int) -> 
 def _tree_step(
     team: Sampler,
     spec: Experiment,
-    envs: list[TurnEnv],
+    plays: list[Play],
     role: str,
     later: tuple[str, ...],
     turn: int,
@@ -171,18 +173,18 @@ def _tree_step(
     base: int,
     rollout: Rollout,
 ) -> None:
-    """One (turn, role) of tree sampling: K candidates per unfinished env, each scored by the team outcome its
-    branch reaches (played on by the `later` roles), and each env replaced by its best branch."""
-    active = [i for i, env in enumerate(envs) if not env.done]
-    observations = [envs[i].view(role) for i in active]
+    """One (turn, role) of tree sampling: K candidates per unfinished episode, each scored by the team outcome its
+    branch reaches (played on by the `later` roles), and each episode replaced by its best branch."""
+    active = [i for i, play in enumerate(plays) if not play.done]
+    observations = [plays[i].view(role) for i in active]
     agents = [rollout.assignment[i][role] for i in active]
-    seeds = [row_seed(base, envs[i].problem.id, role, turn) for i in active]
+    seeds = [row_seed(base, plays[i].env.problem.id, role, turn) for i in active]
     acted = _act(team, spec, observations, agents, k, greedy, rollout, seeds)
-    branches = [[_stepped(envs[i], role, text) for text, _ in cands] for i, (_, cands) in zip(active, acted, strict=True)]
-    noops = [_stepped(envs[i], role, NOOP) for i in active] if spec.reward.credit == "difference" else []
-    starts = [b for per_env in branches for b in per_env] + noops  # every candidate of every env, then the no-ops
+    branches = [[_stepped(plays[i], role, text) for text, _ in cands] for i, (_, cands) in zip(active, acted, strict=True)]
+    noops = [_stepped(plays[i], role, NOOP) for i in active] if spec.reward.credit == "difference" else []
+    starts = [b for per_env in branches for b in per_env] + noops  # every candidate of every episode, then the no-ops
     owner = [i for i, per_env in zip(active, branches, strict=True) for _ in per_env] + (active if noops else [])
-    seed_of = _play_out_seeds(base, [envs[i].problem.id for i in owner], role, turn)
+    seed_of = _play_out_seeds(base, [plays[i].env.problem.id for i in owner], role, turn)
     outcome, solved = play_out(team, spec, starts, [rollout.assignment[i] for i in owner], seed_of, later, greedy, rollout)
     noop_of = dict(zip(active, outcome[len(outcome) - len(noops) :], strict=True)) if noops else {}
     at = 0
@@ -192,11 +194,11 @@ def _tree_step(
             team_term, success, at = outcome[at], solved[at], at + 1
             local = _local(spec, res, team_term, noop_of.get(i))
             reward = combine(spec, team_term, local)
-            group = (envs[i].problem.id, role, turn)
+            group = (plays[i].env.problem.id, role, turn)
             rollout.samples.append(_sample(agent, role, turn, group, prompt, ids, text, obs, res, local, reward, team_term))
             rollout.samples[-1].team_success = success
             rewards.append(reward)
-        envs[i] = stepped[max(range(len(rewards)), key=rewards.__getitem__)][0]  # continue from the best branch
+        plays[i] = stepped[max(range(len(rewards)), key=rewards.__getitem__)][0]  # continue from the best branch
 
 
 def tree_rollout(
@@ -206,25 +208,25 @@ def tree_rollout(
     if not envs:  # a rank whose shard of the step is empty (fewer problems than ranks)
         return Rollout(assignment=[])
     rollout = Rollout(assignment=assignment or [spec.role_owner() for _ in envs])
-    envs = list(envs)
+    plays = [Play(env) for env in envs]  # the caller's envs are only copied, never stepped
     base = base_seed()  # alike on every rank; each problem's draws are keyed by its id, not its batch slot
     for turn in range(spec.env.max_turns):
-        keys = [(base, env.problem.id) for env in envs]
-        _declare_intents(team, spec, envs, rollout.assignment, keys, turn, greedy, rollout)
+        keys = [(base, play.env.problem.id) for play in plays]
+        _declare_intents(team, spec, plays, rollout.assignment, keys, turn, greedy, rollout)
         roles = envs[0].roles
         for r, role in enumerate(roles):
-            if all(env.done for env in envs):
+            if all(play.done for play in plays):
                 break
             later = roles[r + 1 :] if plays_on(spec, k, role, envs[0]) else ()  # the roles that play a branch on
-            _tree_step(team, spec, envs, role, later, turn, k, greedy, base, rollout)
-    rollout.episodes = [record(env) for env in envs]
+            _tree_step(team, spec, plays, role, later, turn, k, greedy, base, rollout)
+    rollout.episodes = [record(play) for play in plays]
     return rollout
 
 
 def _parallel_noops(
     team: Sampler,
     spec: Experiment,
-    episodes: list[TurnEnv],
+    episodes: list[Play],
     active: list[int],
     role: str,
     later: tuple[str, ...],
@@ -241,9 +243,9 @@ def _parallel_noops(
     if spec.reward.credit != "difference":
         return {}
     noops = [_stepped(episodes[i], role, NOOP) for i in active]
-    ids = [episodes[i].problem.id for i in active]
+    ids = [episodes[i].env.problem.id for i in active]
     seed_of = lambda j, later_role: row_seed(base, ids[j], later_role, turn, active[j] % k)  # noqa: E731  the episode's own draw
-    later = later if plays_on(spec, k, role, episodes[0]) else ()
+    later = later if plays_on(spec, k, role, episodes[0].env) else ()
     outcome, _ = play_out(team, spec, noops, [rollout.assignment[i] for i in active], seed_of, later, False, rollout)
     return dict(zip(active, outcome, strict=True))
 
@@ -256,30 +258,30 @@ def parallel_rollout(
         return Rollout(assignment=[])
     per_problem = assignment or [spec.role_owner() for _ in envs]
     rollout = Rollout(assignment=[a for a in per_problem for _ in range(k)])
-    episodes = [env.copy() for env in envs for _ in range(k)]
+    episodes = [Play(env.copy()) for env in envs for _ in range(k)]
     base = base_seed()
     per_episode: list[list[Sample]] = [[] for _ in episodes]
     intents: list[list[Sample]] = [[] for _ in episodes]
     for turn in range(spec.env.max_turns):
-        keys = [(base, env.problem.id, i % k) for i, env in enumerate(episodes)]  # i % k: episode of its problem
+        keys = [(base, play.env.problem.id, i % k) for i, play in enumerate(episodes)]  # i % k: episode of its problem
         declared = _declare_intents(team, spec, episodes, rollout.assignment, keys, turn, False, rollout)
         for i, own in enumerate(declared):
             intents[i] += own
-        roles = episodes[0].roles
+        roles = envs[0].roles
         turn_end = [0.0] * len(episodes)  # each episode's team reward after its latest action of this turn
         pending: list[tuple[int, Sample, StepResult, float]] = []  # difference credit settled at the turn's end
         for r, role in enumerate(roles):
-            active = [i for i, env in enumerate(episodes) if not env.done]
+            active = [i for i, play in enumerate(episodes) if not play.done]
             if not active:
                 break
             observations = [episodes[i].view(role) for i in active]
             agents = [rollout.assignment[i][role] for i in active]
-            seeds = [row_seed(base, episodes[i].problem.id, role, turn, i % k) for i in active]  # i % k: episode of its problem
+            seeds = [row_seed(base, episodes[i].env.problem.id, role, turn, i % k) for i in active]  # i % k: its episode
             acted = _act(team, spec, observations, agents, 1, False, rollout, seeds)
             noop_of = _parallel_noops(team, spec, episodes, active, role, roles[r + 1 :], turn, base, k, rollout)
             for i, obs, agent, (prompt, [(text, ids)]) in zip(active, observations, agents, acted, strict=True):
-                env = episodes[i]
-                res = env.step(role, text)
+                play, env = episodes[i], episodes[i].env
+                res = play.step(role, text)
                 turn_end[i] = res.team_reward
                 sample = _sample(agent, role, turn, (env.problem.id, agent), prompt, ids, text, obs, res)
                 sample.local_reward = _local(spec, res, res.team_reward, noop_of.get(i))
@@ -288,7 +290,7 @@ def parallel_rollout(
                     pending.append((i, sample, res, noop_of[i]))
         for i, sample, res, noop in pending:  # the action's team outcome: the episode's team reward at the turn's end
             sample.local_reward = _local(spec, res, turn_end[i], noop)
-    for env, samples, declared in zip(episodes, per_episode, intents, strict=True):
+    for env, samples, declared in zip([play.env for play in episodes], per_episode, intents, strict=True):
         for agent in {s.agent for s in samples}:
             own = [s for s in samples if s.agent == agent]
             local = sum(s.local_reward for s in own) / len(own)
@@ -297,7 +299,7 @@ def parallel_rollout(
                 s.team_success = env.success
         rollout.samples += samples
         rollout.intents += declared
-    rollout.episodes = [record(env) for env in episodes]
+    rollout.episodes = [record(play) for play in episodes]
     return rollout
 
 
@@ -317,29 +319,29 @@ def on_policy_episodes(
     first: dict[tuple, Sample] = {}
     for s in tree.samples:
         first.setdefault((s.problem_id, s.role, s.turn), s)
-    episodes, tokens = [env.copy() for env in envs], 0
+    episodes, tokens = [Play(env.copy()) for env in envs], 0
     with torch.random.fork_rng():  # the step's RNG stream is left as the tree left it
         base = base_seed()
     scratch = Rollout(assignment=tree.assignment)
     for turn in range(spec.env.max_turns):
-        keys = [(base, env.problem.id, "on_policy") for env in episodes]
+        keys = [(base, play.env.problem.id, "on_policy") for play in episodes]
         _declare_intents(team, spec, episodes, tree.assignment, keys, turn, greedy, scratch)
-        for role in episodes[0].roles if episodes else ():
-            active = [i for i, env in enumerate(episodes) if not env.done]
+        for role in envs[0].roles if envs else ():
+            active = [i for i, play in enumerate(episodes) if not play.done]
             observations = [episodes[i].view(role) for i in active]
             agents = [tree.assignment[i][role] for i in active]
             prompts = [team.encode(agent, obs) for agent, obs in zip(agents, observations, strict=True)]
             texts: dict[int, str] = {}
             fresh = []
             for i, prompt in zip(active, prompts, strict=True):
-                hit = first.get((episodes[i].problem.id, role, turn))
+                hit = first.get((episodes[i].env.problem.id, role, turn))
                 if hit is not None and hit.prompt == prompt:
                     texts[i] = hit.text  # the tree sampled here: its first candidate is a policy sample
                 else:
                     fresh.append(i)
             if fresh:
                 rows = [active.index(i) for i in fresh]
-                seeds = [row_seed(base, episodes[i].problem.id, role, turn, "on_policy") for i in fresh]
+                seeds = [row_seed(base, episodes[i].env.problem.id, role, turn, "on_policy") for i in fresh]
                 t = spec.train
                 got = team.sample_mixed(
                     [agents[r] for r in rows], [prompts[r] for r in rows], 1, t.max_new_tokens, t.temperature, greedy, seeds
@@ -349,4 +351,4 @@ def on_policy_episodes(
                     texts[i] = action_text(observations[r], team.decode(agents[r], ids))
             for i in active:
                 episodes[i].step(role, texts[i])
-    return [record(env) for env in episodes], tokens + scratch.tokens
+    return [record(play) for play in episodes], tokens + scratch.tokens

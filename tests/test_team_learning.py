@@ -330,10 +330,29 @@ def test_a_model_without_chat_template_and_prompt_template_fails_at_load(tmp_pat
     tokenizer.chat_template = None
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    with pytest.raises(UserError, match="no chat template"):
+    with pytest.raises(UserError, match="no chat template") as refused:
         load_model(ModelSpec(source=str(tmp_path)))
     _, tok = load_model(ModelSpec(source=str(tmp_path), prompt_template="{conversation}\nassistant: "))
     assert tok.chat_template is None
+    from pettingllms_cli.spec.experiment import chat_template_problem
+
+    assert str(refused.value) == chat_template_problem(ModelSpec(source=str(tmp_path)), False)  # validate's check, at load
+
+
+def test_nf4_has_one_check_for_nothing_to_quantize():
+    """The check `validate` runs on the meta-device model is the one `load_model` runs on the loaded one."""
+    from pettingllms_cli.models.loader import nf4_layers_problem
+
+    class HeadOnly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8)
+
+        def get_output_embeddings(self):
+            return self.head
+
+    assert "has no nn.Linear layer bitsandbytes can quantize" in nf4_layers_problem(HeadOnly(), "head-only")
+    assert nf4_layers_problem(tiny_model("tiny-llama")[0], "tiny-llama") is None
 
 
 def test_eval_plays_the_best_assignment_found(smoke_tree):

@@ -34,6 +34,7 @@ from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.models.tiny import TINY_CONFIGS, tiny_model
 from pettingllms_cli.spec import ModelSpec
 from pettingllms_cli.spec.builtin_models import BUILTINS, cache_root, package_dir
+from pettingllms_cli.spec.experiment import chat_template_problem
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -201,10 +202,18 @@ def nf4_problem(spec: ModelSpec) -> str | None:
         return f"{spec.source} is a {config.model_type} model, not a causal LM that transformers can load"
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
-    head = model.get_output_embeddings()  # transformers keeps the head unquantized
-    if not any((type(m) is torch.nn.Linear or isinstance(m, Conv1D)) and m is not head for m in model.modules()):
-        return f"quantization nf4: {spec.source} has no nn.Linear layer bitsandbytes can quantize; use quantization: none"
-    return None
+    return nf4_layers_problem(model, spec.source)
+
+
+def nf4_layers_problem(model: torch.nn.Module, source: str) -> str | None:
+    """Why nf4 has nothing to quantize in `model`: no nn.Linear (or GPT-2's Conv1D) outside the output head, which
+    transformers keeps unquantized, and no layer bitsandbytes already made 4-bit. Checked on the meta-device model
+    at `validate` (nf4_problem) and on the loaded one (load_model)."""
+    head = model.get_output_embeddings()
+    layers = (m for m in model.modules() if m is not head)
+    if any(type(m) is torch.nn.Linear or isinstance(m, Conv1D) or type(m).__name__ == "Linear4bit" for m in layers):
+        return None
+    return f"quantization nf4: {source} has no nn.Linear layer bitsandbytes can quantize; use quantization: none"
 
 
 def _own_unquantized_tensors(model: torch.nn.Module) -> None:
@@ -284,12 +293,13 @@ def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBas
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise UserError(f"cannot load model {spec.source!r}: {first} (offline? use a built-in alias or a local folder)") from None
-    if spec.quantization == "nf4" and keep_4bit_layout(model) == 0:
-        raise UserError(f"model {spec.source!r}: bitsandbytes found no nn.Linear to quantize; use quantization none")
-    if tokenizer.chat_template is None and spec.prompt_template is None:
-        raise UserError(
-            f'model {spec.source!r} has no chat template; set its prompt_template, e.g. "{{conversation}}\\nassistant: "'
-        )
+    if spec.quantization == "nf4":
+        keep_4bit_layout(model)
+    problem = (spec.quantization == "nf4" and nf4_layers_problem(model, spec.source)) or chat_template_problem(
+        spec, tokenizer.chat_template is not None
+    )
+    if problem:
+        raise UserError(problem)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

@@ -351,6 +351,17 @@ class Experiment(Strict):
         return agent if self.specialization == "separate" else self.agents[agent].model
 
 
+def chat_template_problem(model: ModelSpec, has_chat_template: bool) -> str | None:
+    """A base without a chat template needs a prompt_template: checked here for built-ins (their table says
+    whether they have one) and by models/loader.py `load_model` for every base (its tokenizer says)."""
+    if has_chat_template or model.prompt_template is not None:
+        return None
+    return (
+        f"model {model.source!r} has no chat template; set its prompt_template, e.g. "
+        '"{conversation}\\nassistant: " (a format string with {conversation})'
+    )
+
+
 def model_problem(model: ModelSpec) -> str | None:
     """Why a model spec cannot work, found without loading weights (nf4 needs bitsandbytes; template-less built-ins)."""
     import importlib.util
@@ -360,11 +371,8 @@ def model_problem(model: ModelSpec) -> str | None:
     if model.quantization == "nf4" and importlib.util.find_spec("bitsandbytes") is None:
         return "quantization nf4 needs bitsandbytes: run `pip install bitsandbytes`, or use quantization: none"
     builtin = BUILTINS.get(model.source)
-    if builtin is not None and not builtin.chat_template and model.prompt_template is None:
-        return (
-            f"{model.source} has no chat template; set prompt_template, e.g. "
-            '"{conversation}\\nassistant: " (a format string with {conversation})'
-        )
+    if builtin is not None and (problem := chat_template_problem(model, builtin.chat_template)):
+        return problem
     if model.prompt_template is not None and "{conversation}" not in model.prompt_template:
         return "prompt_template must contain {conversation}"
     return None

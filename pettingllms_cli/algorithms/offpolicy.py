@@ -33,3 +33,16 @@ def truncated_is_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor,
     [2.0, 1.0]
     """
     return (trainer_logp.detach() - sampler_logp).exp().clamp(max=cap)
+
+
+def recorded_is_weights(
+    trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, recorded: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """`truncated_is_weights` on the tokens the sampler recorded (`recorded` 1), and 1 on the others. All [K, T].
+
+    >>> w = recorded_is_weights(torch.tensor([[0.0, 0.0]]), torch.tensor([[-3.0, 0.0]]), torch.tensor([[1.0, 0.0]]), cap=2.0)
+    >>> w.tolist()
+    [[2.0, 1.0]]
+    """
+    weights = truncated_is_weights(trainer_logp, sampler_logp, cap)
+    return torch.where(recorded.bool(), weights, torch.ones_like(weights))

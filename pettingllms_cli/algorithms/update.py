@@ -11,6 +11,11 @@ With `algorithm.update_epochs` > 1 the step makes that many passes, each with it
 step, and the PPO ratio is taken against the sampling policy's log-probs (stored in the first
 pass), so `clip_eps` binds and `clip_frac` is non-zero (docs/design.md, "The update").
 
+With a sampler other than the trainer (`sampler: vllm`), the sampled tokens' own log-probs come in
+too: `logprob_gap` measures how far they are from the trainer's, and with `algorithm.tis_cap` each
+token's policy-gradient term is weighted by min(pi_trainer / pi_sampler, cap) (truncated importance
+sampling, offpolicy.py; docs/vllm.md).
+
 Guard (algorithms/optim.py): a non-finite loss (before its backward) or a non-finite gradient
 norm skips that adapter's optimizer step for this pass; its agents get `skipped = True` and their weights and
 optimizer state stay as they were.
@@ -26,7 +31,7 @@ import torch
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.grpo import k3_kl, masked_sum, ppo_clip_loss
-from pettingllms_cli.algorithms.offpolicy import logprob_gap
+from pettingllms_cli.algorithms.offpolicy import logprob_gap, recorded_is_weights
 from pettingllms_cli.algorithms.optim import guarded_step
 from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.policy.adapters import Team
@@ -44,6 +49,7 @@ class AgentStats:
     grad_norm: float = 0.0
     skipped: bool = False
     logprob_gap: float | None = None  # mean |sampler - trainer| log-prob per token; only with a sampler's log-probs
+    tis_weight: float | None = None  # mean truncated importance weight per token; only with algorithm.tis_cap
     _sums: dict = field(default_factory=lambda: defaultdict(float))
 
 
@@ -64,7 +70,8 @@ def update(
 
     `sampler_logp` (a vLLM sampler's `take_logprobs()`): the sampled tokens' log-probs by `logprob_key`; when given,
     each agent's `logprob_gap` is the mean |sampler - trainer| log-prob over the completion tokens the first pass
-    scores (this rank's samples). The loss does not use them.
+    scores (this rank's samples). The loss uses them only with `algorithm.tis_cap` (truncated importance sampling,
+    `batch_loss`); each agent's `tis_weight` is then the mean weight over those tokens.
 
     The PPO ratio is taken against the log-probs of the policy that sampled the batch: the first
     pass computes them (the adapters have not moved since sampling) and stores them, detached, for
@@ -87,6 +94,8 @@ def update(
         st.loss, st.kl, st.entropy, st.clip_frac = (st._sums[k] / n for k in ("loss", "kl", "entropy", "clip"))
         if st._sums.get("gap_tokens"):
             st.logprob_gap = st._sums["gap"] / st._sums["gap_tokens"]
+        if st._sums.get("tis_tokens"):
+            st.tis_weight = st._sums["tis"] / st._sums["tis_tokens"]
     return stats
 
 
@@ -115,9 +124,10 @@ def _update_adapter(
             st.tokens += sum(len(s.completion) for s in batch)  # tokens trained on, counted once however many passes
         if algo.kl_coef == 0 and all(s.advantage == 0 for s in batch):
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
-        loss, logp = batch_loss(team, key[0], batch, st, None if sampled is None else sampled.get(key))
-        if first and sampler_logp is not None:
-            _add_gap(st, adapter, batch, logp, sampler_logp)
+        theirs = None if sampler_logp is None else sampler_rows(adapter, batch, sampler_logp)  # (log-probs, recorded)
+        loss, logp = batch_loss(team, key[0], batch, st, None if sampled is None else sampled.get(key), theirs)
+        if first and theirs is not None:
+            _add_gap(st, logp, *theirs)
         if sampled is not None and key not in sampled:
             sampled[key] = logp  # the sampling policy's log-probs, for the later passes
         loss = loss / total_tokens
@@ -131,18 +141,24 @@ def _update_adapter(
     release_freed_memory()  # this adapter's activations: freed, so the next agent does not stack its own on top
 
 
-def _add_gap(
-    st: AgentStats, adapter: str, batch: list[Sample], logp: torch.Tensor, sampler_logp: dict[tuple, torch.Tensor]
-) -> None:
-    """Add |sampler - trainer| log-prob sums of a group's completions (those the sampler recorded) to `st`."""
+def sampler_rows(adapter: str, batch: list[Sample], sampler_logp: dict[tuple, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampler's log-probs of a group's completions, right-padded like `pad` ([K, Lc] float32), and the mask of
+    the tokens it recorded ([K, Lc] 0/1): a completion it did not record (or not whole) is 0 throughout."""
+    width = max(len(s.completion) for s in batch)
+    logps, recorded = torch.zeros(len(batch), width), torch.zeros(len(batch), width)
     for row, s in enumerate(batch):
         ids = torch.as_tensor(s.completion)
         theirs = sampler_logp.get(logprob_key(adapter, s.prompt, ids))
-        if theirs is None or len(theirs) != len(ids):
-            continue
-        ours = logp[row, : len(ids)].float().cpu()
-        st._sums["gap"] += float(logprob_gap(theirs[None].float(), ours[None], torch.ones(1, len(ids))) * len(ids))
-        st._sums["gap_tokens"] += len(ids)
+        if theirs is not None and len(theirs) == len(ids):
+            logps[row, : len(ids)], recorded[row, : len(ids)] = theirs.float(), 1.0
+    return logps, recorded
+
+
+def _add_gap(st: AgentStats, logp: torch.Tensor, sampler: torch.Tensor, recorded: torch.Tensor) -> None:
+    """Add the |sampler - trainer| log-prob sum over the tokens the sampler recorded to `st`. All [K, Lc]."""
+    tokens = float(recorded.sum())
+    st._sums["gap"] += float(logprob_gap(sampler, logp.float().cpu(), recorded)) * tokens
+    st._sums["gap_tokens"] += tokens
 
 
 def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:
@@ -158,12 +174,20 @@ def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:
 
 
 def batch_loss(
-    team: Team, agent: str, batch: list[Sample], st: AgentStats, old_logp: torch.Tensor | None = None
+    team: Team,
+    agent: str,
+    batch: list[Sample],
+    st: AgentStats,
+    old_logp: torch.Tensor | None = None,
+    sampler: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token-summed PPO-clip (+ KL) loss of one prompt's K completions, and their log-probs (detached); adds to `st`.
 
     `old_logp` [K, Lc]: the sampling policy's log-probs; None means this pass runs at the sampling
     policy (the first pass), so the ratio is 1 and the loss is the plain policy gradient.
+    `sampler` (`sampler_rows`): the sampler's own log-probs and the mask of the tokens it recorded; with
+    `algorithm.tis_cap`, each token's policy-gradient term (not the KL) is multiplied by its detached weight
+    min(exp(old_logp - sampler log-prob), tis_cap), 1 on tokens the sampler did not record.
     """
     spec = team.spec
     algo = spec.algorithm
@@ -174,8 +198,15 @@ def batch_loss(
     advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32)  # [K]
     mask, advantages = mask.to(model.device), advantages.to(model.device)
     logp, entropy = group_logprobs(model, prompt, ids, spec.train.temperature, shared_prompt=True)
-    old_logp = logp.detach() if old_logp is None else old_logp
+    first = old_logp is None
+    old_logp = logp.detach() if first else old_logp
     per_token, clipped = ppo_clip_loss(logp, old_logp, advantages, algo.clip_eps)
+    if algo.tis_cap is not None and sampler is not None:  # weights from the first pass's log-probs, alike every pass
+        weights = recorded_is_weights(old_logp, *(t.to(model.device) for t in sampler), algo.tis_cap)  # [K, Lc]
+        per_token = per_token * weights
+        if first:
+            st._sums["tis"] += float(masked_sum(weights, mask))
+            st._sums["tis_tokens"] += float(mask.sum())
     if algo.kl_coef > 0:
         with torch.no_grad(), model.disable_adapter():
             ref_logp, _ = group_logprobs(model, prompt, ids, spec.train.temperature, shared_prompt=True)

@@ -167,6 +167,14 @@ class AlgorithmSpec(Strict):
         True, description="Divide group-centred rewards by the group std (GRPO); False only centres them."
     )
     filter_zero_std: bool = Field(False, description="Drop groups whose rewards are all equal before the update.")
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description="Truncated importance sampling, `sampler: vllm` only: multiply each completion token's "
+        "policy-gradient loss by min(pi_trainer / pi_sampler, tis_cap), the trainer's log-prob at sampling time over "
+        "vLLM's, detached (1 for tokens vLLM did not record), to correct for vLLM and the trainer disagreeing on the "
+        "samples' probabilities. Typically 2 (verl, TRL); logs `tis_weight/<agent>`. Unset: no correction (docs/vllm.md).",
+    )
 
     @field_validator("group_size")
     @classmethod
@@ -281,6 +289,12 @@ class Experiment(Strict):
                 f"agents: no agent plays role(s) {missing} of {self.env.name} ({self.env.layout}); add them to an agent's roles"
             )
         self._check_team_options()
+        if self.algorithm.tis_cap is not None and self.sampler != "vllm":
+            raise ValueError(
+                f"algorithm.tis_cap: truncated importance sampling corrects a sampler other than the trainer, but with "
+                f"sampler: {self.sampler} the trainer samples itself, so there is nothing to correct; remove "
+                "algorithm.tis_cap, or set sampler: vllm"
+            )
         for name, model in self.models.items():
             problem = model_problem(model)
             if problem:

@@ -73,6 +73,10 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
         metrics[f"grad_norm/{agent}"] = st.grad_norm
         metrics[f"zero_std_frac/{agent}"] = len(groups & flat) / len(groups) if groups else 0.0
         metrics[f"skipped_updates/{agent}"] = int(st.skipped)
+        if st.logprob_gap is not None:  # a sampler's own log-probs came with the samples (`sampler: vllm`)
+            metrics[f"sampler_logprob_gap/{agent}"] = st.logprob_gap
+        if st.tis_weight is not None:  # and `algorithm.tis_cap` weighted the loss with them
+            metrics[f"tis_weight/{agent}"] = st.tis_weight
     metrics["tokens_generated"] = rollout.tokens
     metrics["on_policy_tokens"] = rollout.on_policy_tokens
     metrics |= compute_metrics(spec, rollout, stats)

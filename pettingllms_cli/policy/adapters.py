@@ -106,6 +106,14 @@ class Team:
     def decode(self, agent: str, ids: torch.Tensor) -> str:
         return self.tokenizer_of(agent).decode(ids, skip_special_tokens=True)
 
+    def push_adapters(self, team: Team, agents: list[str]) -> list[str]:
+        """No-op: the team samples with the very adapters it trains, so nothing is ever stale. Returns [] (none sent)."""
+        return []
+
+    def take_logprobs(self) -> None:
+        """None: the team's sampled tokens' log-probs are the trainer's own, so there is no sampler/trainer gap."""
+        return None
+
     # --- sampling -----------------------------------------------------------------------------
     def sample(
         self,

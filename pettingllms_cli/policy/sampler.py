@@ -1,14 +1,20 @@
-"""The interface a rollout samples through: three methods, implemented by `Team` (PyTorch, in process),
+"""The interface a rollout samples through, implemented by `Team` (PyTorch, in process),
 `VllmSampler` (vllm_sampler.py) and the tests' fakes.
+
+Three methods sample (`encode`, `sample_mixed`, `decode`); two keep a separate engine in step with
+the trainer (`push_adapters`, `take_logprobs`), and are no-ops where the sampler is the trainer itself.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from pettingllms_cli.envs.messages import Message
+
+if TYPE_CHECKING:
+    from pettingllms_cli.policy.adapters import Team
 
 
 class Sampler(Protocol):
@@ -34,4 +40,16 @@ class Sampler(Protocol):
 
     def decode(self, agent: str, ids: torch.Tensor) -> str:
         """Text of generated ids, special tokens dropped."""
+        ...
+
+    def push_adapters(self, team: Team, agents: list[str]) -> list[str]:
+        """Bring the sampler's copy of these agents' adapters up to the trainer's; returns the adapters sent.
+
+        Called after every optimizer step. The built-in sampler samples with the trainer's own adapters: nothing to send.
+        """
+        ...
+
+    def take_logprobs(self) -> dict[tuple, torch.Tensor] | None:
+        """The sampled tokens' own log-probs since the last call (by `logprob_key`), then forgotten; None when the
+        sampler is the trainer (its log-probs are the trainer's, so there is no gap to measure or correct)."""
         ...

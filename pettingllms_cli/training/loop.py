@@ -108,9 +108,7 @@ def train_locked(
         seed_everything(spec.seed)
         with distributed.main_first():  # rank 0 fills the model cache before the others read it
             team = Team(spec)  # bases and adapters
-        sampler = VllmSampler(team, spec.vllm) if spec.sampler == "vllm" else team  # where rollouts sample
-        if isinstance(sampler, VllmSampler):
-            closing.callback(sampler.close)  # engines stopped and pushed adapters removed however the run ends
+        sampler = make_sampler(team, spec, closing)  # where rollouts sample
         optimizers = make_optimizers(team)  # one AdamW per adapter
         roles = RoleAssigner(spec)  # who plays which role in each episode
         distributed.on_main(check_disk_space, team, optimizers, run_dir)
@@ -122,7 +120,7 @@ def train_locked(
                 write_json(run_dir / "eval_before.json", before)
         learner = Learner(team, optimizers, roles)
         state = resume_everywhere(learner, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
-        push_adapters(sampler, team)  # a resume loaded other adapters
+        sampler.push_adapters(team, sorted(team.spec.agents))  # a resume loaded other adapters
 
         with progress_bar(console) as bar:
             task = bar.add_task(spec.name, total=spec.train.steps, completed=min(state.step, spec.train.steps), status="")
@@ -136,18 +134,17 @@ def train_locked(
                 rollout = collect(sampler, spec, distributed.shard(problems), distributed.shard(assignment))  # this rank's share
                 trainable = rollout.samples + rollout.intents  # actions, and intents under `parallel` + intent protocol
                 dropped = assign_advantages(spec, trainable)  # advantage per group
-                sampler_logp = sampler.take_logprobs() if isinstance(sampler, VllmSampler) else None
+                sampler_logp = sampler.take_logprobs()  # the sampled tokens' log-probs; None when the trainer sampled
                 stats = update(team, optimizers, [s for s in trainable if s.group not in dropped], sampler_logp)  # loss + step
-                push_adapters(sampler, team)  # vLLM samples the next step with the updated adapters
+                sampler.push_adapters(team, sorted(team.spec.agents))  # vLLM samples the next step with the updated adapters
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
                 roles.record(whole.assignment, [float(e.success) for e in played])  # adaptive roles learn
                 distilled = distill(team, optimizers, whole.samples, step)  # cross-agent distillation, every N steps
-                push_adapters(sampler, team)  # distillation stepped optimizers too
+                sampler.push_adapters(team, sorted(team.spec.agents))  # distillation stepped optimizers too
                 state = advance(state, stats)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
                 metrics |= team_metrics(team, roles, whole, distilled)  # reward parts, roles per episode, memory, distillation
-                metrics |= {f"sampler_logprob_gap/{a}": st.logprob_gap for a, st in stats.items() if st.logprob_gap is not None}
                 metrics |= heldout_metrics(team, roles, spec, eval_problems, state.step)  # every train.eval_every steps
                 metrics = clean_metrics(metrics)  # NaN/inf -> null, floats rounded (docs/metrics.md)
                 if distributed.is_main():
@@ -175,6 +172,13 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed % 2**63)
+
+
+def make_sampler(team: Team, spec: Experiment, closing: contextlib.ExitStack) -> Sampler:
+    """The team itself (`sampler: hf`), or vLLM engines beside it, stopped when `closing` exits however the run ends."""
+    if spec.sampler == "vllm":
+        return closing.enter_context(contextlib.closing(VllmSampler(team, spec.vllm)))
+    return team
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -233,12 +237,6 @@ def epoch_order(size: int, n: int, seed: int, epoch: int) -> list[int]:
 
 
 # --- one step -------------------------------------------------------------------------------
-def push_adapters(sampler: Sampler, team: Team) -> None:
-    """Send changed adapters to a vLLM sampler (a no-op for the HF path, and for adapters that did not change)."""
-    if isinstance(sampler, VllmSampler):
-        sampler.push_adapters(team, sorted(team.spec.agents))
-
-
 def collect(team: Sampler, spec: Experiment, problems: list[Problem], assignment: list[dict[str, str]] | None = None) -> Rollout:
     envs = make_envs(spec, problems)
     started = time.perf_counter()

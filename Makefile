@@ -1,4 +1,5 @@
-# `make quickstart` and `make test` each set up .venv from nothing (idempotent), then run.
+# `make quickstart` and `make test` each set up .venv from nothing (idempotent), then run; `make test` sets up
+# .venv-vllm too and runs the `vllm` tests there. `make test-fast` needs neither vLLM nor the slow tests.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
@@ -44,8 +45,11 @@ setup-vllm: $(VLLM_STAMP)
 quickstart: setup
 	$(VENV)/bin/pettingllms train experiments/quickstart.yaml --overwrite
 
-test: setup
-	$(PY) -m pytest -q
+# The main suite in .venv (its `vllm` tests skip: no vLLM there), then the `vllm` tests in .venv-vllm, where
+# PETTINGLLMS_REQUIRE_VLLM=1 turns a missing vLLM into a failure instead of a skip (tests/conftest.py).
+test: setup setup-vllm
+	env -u PETTINGLLMS_REQUIRE_VLLM $(PY) -m pytest -q
+	PETTINGLLMS_REQUIRE_VLLM=1 $(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
@@ -55,4 +59,4 @@ lint: setup
 	$(VENV)/bin/ruff format --check pettingllms_cli tests bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

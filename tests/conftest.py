@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ROOT / "experiments"
+REQUIRE_VLLM = "PETTINGLLMS_REQUIRE_VLLM"  # =1 (set by `make test` for its .venv-vllm run): a missing vLLM fails `vllm` tests
 # --set overrides that shrink a smoke run to the least work that still trains.
 FAST = ["algorithm.group_size=2", "train.problems_per_step=1", "env.eval_problems=1", "train.max_new_tokens=4", "env.max_turns=1"]
 
@@ -25,6 +28,15 @@ def run_cli(args: list[str], monkeypatch) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     return 0
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A `vllm`-marked test needs vLLM: skipped where it is not installed (.venv), an error if PETTINGLLMS_REQUIRE_VLLM=1."""
+    if item.get_closest_marker("vllm") is None or importlib.util.find_spec("vllm") is not None:
+        return
+    if os.environ.get(REQUIRE_VLLM) == "1":
+        pytest.fail(f"vLLM is not installed and {REQUIRE_VLLM}=1: run these with .venv-vllm (make setup-vllm)", pytrace=False)
+    pytest.skip("vLLM is not installed: make setup-vllm, then .venv-vllm/bin/python -m pytest -m vllm tests/")
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """VllmSampler against the built-in sampler on SmolLM2 with two non-zero LoRA adapters (one vLLM engine for the module).
 
-Run with vLLM installed: `make setup-vllm && .venv-vllm/bin/python -m pytest tests/test_vllm_sampler.py`.
-Without vLLM every test but the install message is skipped.
+Run with vLLM installed: `make setup-vllm && .venv-vllm/bin/python -m pytest tests/test_vllm_sampler.py` (`make test`
+does). Without vLLM every test but the install message is skipped, or fails under PETTINGLLMS_REQUIRE_VLLM=1 (conftest.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ def perturb(team: Team, adapter: str, seed: int, scale: float = 0.02) -> None:
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[Team, VllmSampler]]:
-    pytest.importorskip("vllm")
     team = Team(load_spec(EXPERIMENTS / "quickstart.yaml", []))  # caller + verifier on one SmolLM2 base
     for i, adapter in enumerate(sorted(team.params)):
         perturb(team, adapter, seed=i)

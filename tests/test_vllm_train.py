@@ -1,7 +1,8 @@
-"""`train` with `sampler: vllm`: refused in one line without vLLM, and a 2-step SmolLM2 run through vLLM.
+"""`train` with `sampler: vllm`: refused in one line without vLLM, and a 2-step SmolLM2 run through vLLM (with TIS).
 
 The first tests run everywhere. The training run needs vLLM (`.venv-vllm`, `make setup-vllm`):
-`.venv-vllm/bin/python -m pytest -q tests/test_vllm_train.py`; it is skipped elsewhere.
+`.venv-vllm/bin/python -m pytest -q tests/test_vllm_train.py` (`make test` does); it is skipped elsewhere, or fails
+under PETTINGLLMS_REQUIRE_VLLM=1 (conftest.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ SMOKE = ROOT / "experiments" / "smoke.yaml"
 QUICKSTART = ROOT / "experiments" / "quickstart.yaml"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 GAP_BOUND = 0.05  # nats per token; float32 on both sides measures ~1e-5, a stale adapter or wrong prompt far more
+TIS_SLACK = 0.05  # |tis_weight - 1|: with gaps of ~1e-5 each truncated importance weight is 1 to ~1e-5
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
@@ -53,10 +55,10 @@ def test_sampler_vllm_without_vllm_is_exit_2_with_one_line(command: str, tmp_pat
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_two_steps_of_train_sample_through_vllm_with_a_small_logprob_gap(tmp_path: Path):
-    pytest.importorskip("vllm")
     run_dir = tmp_path / "run"
     sets = [
         "sampler=vllm",
+        "algorithm.tis_cap=2",  # truncated importance sampling on the vLLM log-probs (docs/vllm.md)
         "vllm.enforce_eager=true",
         "vllm.cpu_kv_cache_gib=0.5",
         "vllm.max_model_len=1024",
@@ -74,5 +76,8 @@ def test_two_steps_of_train_sample_through_vllm_with_a_small_logprob_gap(tmp_pat
         gaps = {k: v for k, v in row.items() if k.startswith("sampler_logprob_gap/")}
         assert gaps, sorted(row)
         assert all(v is not None and math.isfinite(v) and 0 <= v < GAP_BOUND for v in gaps.values()), gaps
+        weights = {k: v for k, v in row.items() if k.startswith("tis_weight/")}
+        assert weights.keys() == {k.replace("sampler_logprob_gap/", "tis_weight/") for k in gaps}, sorted(row)
+        assert all(v is not None and abs(v - 1) < TIS_SLACK for v in weights.values()), weights
         rewards = [v for k, v in row.items() if k.startswith("reward") and isinstance(v, float)]
         assert all(math.isfinite(v) for v in rewards), row

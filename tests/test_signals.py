@@ -7,8 +7,6 @@ import json
 import os
 import shlex
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -20,6 +18,7 @@ import pettingllms_cli.training.loop as train_mod
 from pettingllms_cli.spec import load_spec
 from pettingllms_cli.training.graceful import GracefulStop
 from tests.conftest import FAST
+from tests.test_exit_codes import sets, start
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "experiments" / "smoke.yaml"
@@ -76,17 +75,8 @@ def test_sigint_in_process_stops_after_the_step_with_a_checkpoint(tmp_path: Path
 
 def test_sigterm_to_the_cli_writes_a_checkpoint_and_exits_0(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    sets = [arg for item in [*FAST, *LONG] for arg in ("--set", item)]
-    args = ["train", str(SMOKE), "--out", str(run_dir), *sets]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pettingllms_cli", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    args = ["train", str(SMOKE), "--out", str(run_dir), *sets(*FAST, *LONG)]
+    proc = start(*args)
     deadline = time.monotonic() + 180
     while not steps_logged(run_dir):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""

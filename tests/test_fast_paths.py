@@ -70,19 +70,24 @@ def test_completion_only_logprobs_equal_full_logits(team):
     assert torch.allclose(logp * mask, ref * mask, atol=1e-5)
 
 
+def plain_greedy(team, agent: str, prompt: list[int], max_new_tokens: int) -> torch.Tensor:
+    """The reference: HF `generate`'s greedy completion of one prompt under `agent`'s adapter."""
+    model = team.activate(agent)
+    tok = team.tokenizer_of(agent)
+    return model.generate(
+        input_ids=torch.tensor([prompt]),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+    )[0, len(prompt) :]
+
+
 def test_cached_prefill_sampling_equals_plain_generate(team):
     prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [20, 21, 22, 23, 24, 25, 26, 27, 28]]
     got = team.sample("caller", prompts, k=2, max_new_tokens=6, temperature=1.0, greedy=True)
-    model = team.activate("caller")
-    tok = team.tokenizer_of("caller")
     for prompt, outs in zip(prompts, got, strict=False):
-        ref = model.generate(
-            input_ids=torch.tensor([prompt]),
-            max_new_tokens=6,
-            do_sample=False,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )[0, len(prompt) :]
+        ref = plain_greedy(team, "caller", prompt, 6)
         assert outs[0].tolist() == ref[: len(outs[0])].tolist()
         assert outs[0].tolist() == outs[1].tolist()
     assert len({tuple(o[0].tolist()) for o in got}) > 1, "completions should depend on the prompt"
@@ -189,16 +194,8 @@ def test_shared_prefix_sampling_equals_plain_generate(team, one_thread):
 
     assert shared_prefix_length(PREFIXED_PROMPTS) == len(PREAMBLE)
     got = team.sample("caller", PREFIXED_PROMPTS, k=2, max_new_tokens=6, temperature=1.0, greedy=True)
-    model = team.activate("caller")
-    tok = team.tokenizer_of("caller")
     for prompt, outs in zip(PREFIXED_PROMPTS, got, strict=True):
-        ref = model.generate(
-            input_ids=torch.tensor([prompt]),
-            max_new_tokens=6,
-            do_sample=False,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )[0, len(prompt) :]
+        ref = plain_greedy(team, "caller", prompt, 6)
         assert outs[0].tolist() == ref[: len(outs[0])].tolist() == outs[1].tolist()
 
 

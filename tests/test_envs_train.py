@@ -25,19 +25,26 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("env", "layout"), CASES)
-def test_one_training_step(smoke_tree, tmp_path, env, layout):
+def train_one_step(
+    smoke_tree: dict, run_dir: Path, env: str, layout: str, max_turns: int, max_new_tokens: int
+) -> tuple[list[str], list[dict]]:
+    """One tiny-model training step of `env` under `layout` (an agent a role, K=2): its agents and metrics.jsonl rows."""
     tree = dict(smoke_tree)
-    tree["env"] = {"name": env, "layout": layout, "data": "generated", "max_turns": 1, "eval_problems": 1}
+    tree["env"] = {"name": env, "layout": layout, "data": "generated", "max_turns": max_turns, "eval_problems": 1}
     tree["agents"] = {
         role: {"model": "tiny", "roles": [role], "lora": {"r": 4, "alpha": 8}} for role in ENVS[env].layouts[layout]
     }
     tree["algorithm"] = {**tree["algorithm"], "group_size": 2}
-    tree["train"] = {**tree["train"], "steps": 1, "problems_per_step": 1, "max_new_tokens": 8}
-    run = train(parse_spec(tree), tmp_path / "run")
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    tree["train"] = {**tree["train"], "steps": 1, "problems_per_step": 1, "max_new_tokens": max_new_tokens}
+    run = train(parse_spec(tree), run_dir)
+    return list(tree["agents"]), [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("env", "layout"), CASES)
+def test_one_training_step(smoke_tree, tmp_path, env, layout):
+    agents, rows = train_one_step(smoke_tree, tmp_path / "run", env, layout, max_turns=1, max_new_tokens=8)
     assert [r["step"] for r in rows] == [1]
-    assert all(math.isfinite(rows[0][f"loss/{role}"]) for role in tree["agents"])
+    assert all(math.isfinite(rows[0][f"loss/{role}"]) for role in agents)
     assert rows[0]["tokens_generated"] > 0
 
 

@@ -11,12 +11,10 @@ import math
 
 import pytest
 
-from pettingllms_cli.envs import ENVS
 from pettingllms_cli.envs.function_call import FunctionCallEnv
 from pettingllms_cli.envs.math_tool import MathToolEnv
-from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.tools.calls import ToolCall, render_tool_call
-from pettingllms_cli.training.loop import train
+from tests.test_envs_train import train_one_step
 
 
 def calc(expression: str) -> str:
@@ -179,14 +177,6 @@ def test_every_new_role_has_a_no_op_and_the_waiting_roles_are_deferred(env_cls):
 # --- one tiny-model training step on each new layout ------------------------------------------------------
 @pytest.mark.parametrize(("env", "layout"), [(e, lay) for e in ("math_tool_v0", "function_call_v0") for lay in ("team", "solo")])
 def test_one_training_step_on_the_showcase_layouts(smoke_tree, tmp_path, env, layout):
-    tree = dict(smoke_tree)
-    tree["env"] = {"name": env, "layout": layout, "data": "generated", "max_turns": 2, "eval_problems": 1}
-    tree["agents"] = {
-        role: {"model": "tiny", "roles": [role], "lora": {"r": 4, "alpha": 8}} for role in ENVS[env].layouts[layout]
-    }
-    tree["algorithm"] = {**tree["algorithm"], "group_size": 2}
-    tree["train"] = {**tree["train"], "steps": 1, "problems_per_step": 1, "max_new_tokens": 4}
-    run = train(parse_spec(tree), tmp_path / "run")
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    agents, rows = train_one_step(smoke_tree, tmp_path / "run", env, layout, max_turns=2, max_new_tokens=4)
     assert [r["step"] for r in rows] == [1] and rows[0]["tokens_generated"] > 0
-    assert all(math.isfinite(rows[0][f"loss/{role}"]) for role in tree["agents"])
+    assert all(math.isfinite(rows[0][f"loss/{role}"]) for role in agents)

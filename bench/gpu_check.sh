@@ -8,7 +8,7 @@
 #   1. train experiments/smoke.yaml on CUDA in bfloat16;
 #   2. train 2 steps of experiments/quickstart.yaml on CUDA in bfloat16 (its held-out evals included);
 #   3. bench/bench_vs_trl.py --quick (both sides on the GPU);
-#   4. the vLLM sampler bench (bench/bench_vllm*.py, with $VLLM_PY), when there is one;
+#   4. bench/bench_sampler.py --quick (hf and vLLM, with $VLLM_PY), when $VLLM_PY exists;
 #   5. peak GPU memory: the largest `cuda_peak_mb` the runs logged, and the device's peak in use
 #      (nvidia-smi, sampled every 0.5 s over the whole check).
 # Run outputs go to $OUT (default runs/gpu_check). A step that fails or runs out of time prints
@@ -26,7 +26,7 @@ case "${1:-}" in
   *) echo "usage: bench/gpu_check.sh [--dry-run]" >&2; exit 2 ;;
 esac
 
-VLLM_BENCH=$(ls bench/bench_vllm*.py 2>/dev/null | head -n 1 || true)
+VLLM_BENCH=bench/bench_sampler.py
 
 # name | time limit (s) | command
 STEPS=(
@@ -35,9 +35,7 @@ STEPS=(
   "bench_vs_trl|180|$PY bench/bench_vs_trl.py --quick"
 )
 VLLM_SKIP=""  # why the vLLM bench does not run, if it does not
-if [[ -z "$VLLM_BENCH" ]]; then
-  VLLM_SKIP="no bench/bench_vllm*.py"
-elif [[ ! -x "$VLLM_PY" ]]; then
+if [[ ! -x "$VLLM_PY" ]]; then
   VLLM_SKIP="no $VLLM_PY (make setup-vllm, or set VLLM_PY=...)"
 else
   STEPS+=("vllm|90|$VLLM_PY $VLLM_BENCH --quick")

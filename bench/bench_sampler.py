@@ -1,16 +1,19 @@
-"""The same sampling work through the built-in sampler (HF, `Team.sample_mixed`) and vLLM (`VllmSampler`), in one run.
+"""The same sampling work through the built-in sampler (`hf`, `Team.sample_mixed`) and `vllm` (`VllmSampler`), in one run.
 
-    .venv-vllm/bin/python bench/bench_vllm_sampling.py [--quick] [--tokens 64 256] [--problems N]
+    .venv-vllm/bin/python bench/bench_sampler.py [--quick] [--tokens 64 256] [--problems N] [--hf-threads 1]
 
 SmolLM2-135M-Instruct (fp32), two agents (tool caller and verifier, LoRA r=16, B drawn non-zero
 so each adapter changes the tokens) on one base, each given the tool caller's prompt of N math
-problems; K = 8 seeded samples per prompt at temperature 1, in one mixed-adapter call per side.
+problems; K = 8 seeded samples per prompt at temperature 1, in one mixed-adapter call per side,
+at 64 and at 256 new tokens (`--quick`: the same lengths, 1 problem per agent, 1 repeat).
 Each side's tokens/s counts the tokens it generated (completions stop at EOS, so the two counts
 differ a little) over the median of its timed repeats; vLLM's engine start is timed apart and
 not counted. The CPU engine runs with enforce_eager (no torch.compile); on a 2-core machine it
 binds one core and keeps one free, so compare with `--hf-threads 1`.
 
-Last line: `vllm_over_hf=<vLLM tokens/s over HF tokens/s>` at the longest completion length.
+Prints, per length n: `hf_tokens_per_second_<n>`, `vllm_tokens_per_second_<n>` and their ratio
+`vllm_over_hf_<n>`. Last line: `vllm_over_hf=<x>`, the ratio at the longest length (256 by
+default), where decoding rather than prefill sets the pace.
 Without vLLM it prints how to install it and exits 0.
 """
 
@@ -31,7 +34,7 @@ K = 8
 
 def make_team():
     """The quickstart team with non-zero LoRA B (an untrained B of zeros would be a no-op)."""
-    return quickstart_team("bench_vllm")
+    return quickstart_team("bench_sampler")
 
 
 def timed(fn, repeats: int) -> tuple[float, int]:
@@ -47,7 +50,7 @@ def timed(fn, repeats: int) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="64 new tokens, 2 problems per agent, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="1 problem per agent, 1 repeat (both lengths)")
     parser.add_argument("--tokens", type=int, nargs="+", default=None, help="completion lengths (default 64 256)")
     parser.add_argument("--problems", type=int, default=None, help="problems per agent (default 4)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per side (default 2)")
@@ -58,8 +61,8 @@ def main() -> None:
         return
     warnings.filterwarnings("ignore")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout keeps only the figures
-    lengths = args.tokens or ([64] if args.quick else [64, 256])
-    problems = args.problems or (2 if args.quick else 4)
+    lengths = sorted(args.tokens or [64, 256])
+    problems = args.problems or (1 if args.quick else 4)
     repeats = args.repeats or (1 if args.quick else 2)
 
     from pettingllms_cli.envs.math_tool import generate_problems
@@ -79,11 +82,11 @@ def main() -> None:
     print(f"vllm_engine_start_seconds={time.perf_counter() - start:.1f}")
     mean_prompt = sum(map(len, prompts)) // len(prompts)
     print(f"# {len(prompts)} prompts (~{mean_prompt} tokens) x K={K}, 2 adapters, torch threads={torch.get_num_threads()}")
+    sampler.sample_mixed(agents, prompts, 1, 4, 1.0, seeds=seeds)  # warm-up: the first call loads the adapters
     ratio = float("nan")
     for n in lengths:
         hf = lambda n=n: team.sample_mixed(agents, prompts, K, n, 1.0, seeds=seeds)  # noqa: E731
         vl = lambda n=n: sampler.sample_mixed(agents, prompts, K, n, 1.0, seeds=seeds)  # noqa: E731
-        vl()  # warm-up: the first call loads the adapters into the engine
         hf_s, hf_tokens = timed(hf, repeats)
         vl_s, vl_tokens = timed(vl, repeats)
         ratio = (vl_tokens / vl_s) / (hf_tokens / hf_s)

@@ -262,6 +262,29 @@ def test_changed_spec_is_not_reused(compared, tmp_path):
     assert run_state(seeded(solo, 0, 2, levelled), tmp_path / "fresh") == "new"
 
 
+def test_run_from_before_a_new_knob_is_reused_and_resumable(compared, tmp_path):
+    """A finished run whose spec.yaml predates a knob (absent: its default) is the same spec; the knob set is not."""
+    import shutil
+
+    import yaml
+
+    from pettingllms_cli.training.compare import run_state, seeded
+    from pettingllms_cli.training.rundir import spec_changes
+
+    (solo, _), out = compared
+    spec = seeded(solo, 0, 2, ["algorithm.group_size=4"])
+    run = shutil.copytree(out / "solo" / "seed0", tmp_path / "seed0")
+    saved = yaml.safe_load((run / "spec.yaml").read_text())
+    del saved["algorithm"]["tis_cap"], saved["vllm"]  # written by a version without these knobs
+    (run / "spec.yaml").write_text(yaml.safe_dump(saved))
+    assert run_state(spec, run) == "done"
+    assert spec_changes(saved, spec.model_dump(mode="json")) == {}  # --resume accepts it too
+    saved["algorithm"]["update_epochs"] = 2  # a knob that was set is a change
+    (run / "spec.yaml").write_text(yaml.safe_dump(saved))
+    assert run_state(spec, run) == "stale"
+    assert set(spec_changes(saved, spec.model_dump(mode="json"))) == {"algorithm.update_epochs"}
+
+
 @pytest.fixture
 def spec_files(tmp_path) -> tuple[Path, Path]:
     return write_specs(tmp_path)

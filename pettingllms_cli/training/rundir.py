@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import write_atomic
@@ -98,9 +99,18 @@ def read_saved_spec(path: Path) -> dict:
     return saved
 
 
+def as_current(saved: dict) -> dict:
+    """A saved spec as today's schema writes it: a knob added since reads as its default, so upgrading does not make a
+    finished run differ from its own spec. One the schema refuses stays as saved (and differs)."""
+    try:
+        return Experiment.model_validate(saved).model_dump(mode="json")
+    except ValidationError:
+        return saved
+
+
 def spec_changes(saved: dict, now: dict) -> dict[str, tuple]:
     """{dotted.key: (old, new)} for fields that differ, except those in RESUME_FREE_FIELDS."""
-    old, new = _flatten(saved), _flatten(now)
+    old, new = _flatten(as_current(saved)), _flatten(now)
     keys = sorted((set(old) | set(new)) - RESUME_FREE_FIELDS)
     return {k: (old.get(k, "<absent>"), new.get(k, "<absent>")) for k in keys if old.get(k, "<absent>") != new.get(k, "<absent>")}
 

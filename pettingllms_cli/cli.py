@@ -260,7 +260,7 @@ def compare(
     budget: Annotated[
         str,
         typer.Option(
-            help="What is held equal: `actions` (sampled actions per step: fewer roles, larger groups), `tokens` "
+            help="What is held equal: `actions` (sampled actions per turn: fewer roles, larger groups), `tokens` "
             "(fewer roles, more steps) or `steps` (nothing scaled)."
         ),
     ] = "actions",

@@ -9,8 +9,10 @@ Compute (`--budget`): a team with R roles samples K actions per role, so per ste
 draws R*K actions per problem where a lone agent draws K. The arms are brought level with the
 arm of the most roles, R_max:
 - `actions` (default): an arm of R roles samples K*R_max/R candidates per group: same problems,
-  same steps, same number of sampled actions per step, larger groups (more samples per prompt
-  for the advantage estimate, not more data).
+  same steps, larger groups (more samples per prompt for the advantage estimate, not more data).
+  Per turn that is as many actions as the team's; per step only when the arms' episodes last as
+  many turns (a team whose judges send calls back plays more turns than a lone agent that hands
+  in at once), which is why the measured actions and tokens are reported beside.
 - `tokens`: an arm of R roles runs R_max/R times the steps (same K, same problems per step), so
   it samples about as many tokens in all; the measured tokens are reported beside.
 - `steps`: nothing is scaled (same steps, problems and K; the team samples R_max/R times more).
@@ -108,8 +110,9 @@ def budget_overrides(paths: list[Path], specs: list[Experiment], budget: str) ->
 def describe_budget(budget: str) -> str:
     """One sentence on how the arms were levelled (for compare.json and compare.md)."""
     return {
-        "actions": "equal sampled actions per step: an arm of R roles samples K*R_max/R candidates per group "
-        "(same problems and steps, larger groups)",
+        "actions": "equal candidates per group and turn: an arm of R roles samples K*R_max/R candidates per group "
+        "(same problems and steps, larger groups); that is equal sampled actions per step only when the arms' episodes "
+        "last as many turns, so the measured actions and tokens per arm are in the table",
         "tokens": "equal expected sampled tokens: an arm of R roles runs R_max/R times the steps (same K and problems "
         "per step); measured tokens are in the table, and its convergence step counts its own (R_max/R times more) steps",
         "steps": "equal steps, problems and group size; nothing scaled, so a team of R roles samples R times the actions",

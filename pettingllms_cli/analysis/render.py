@@ -149,7 +149,7 @@ def verdict(result: dict) -> str:
     apart = separate(best["final_success_ci"], runner["final_success_ci"])
     seeds = len(result["seeds"])
     intervals = f"the 95% intervals {_ci(best['final_success_ci'])} and {_ci(runner['final_success_ci'])}"
-    how = "separate" if apart else f"overlap, so {seeds} seed{'s' * (seeds != 1)} do not separate them"
+    how = "separate" if apart else f"overlap, so {'1 seed does' if seeds == 1 else f'{seeds} seeds do'} not separate them"
     return (
         f"{best['spec']} won held-out success, {best['final_success']:.3f} vs {runner['final_success']:.3f} for "
         f"{runner['spec']} ({gain:+.3f}{factor}); {intervals} {how}; {tail}"

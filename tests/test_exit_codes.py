@@ -112,7 +112,7 @@ def test_ctrl_c_during_eval_exits_130_with_one_line(tmp_path: Path) -> None:
     run_dir.mkdir()
     shutil.copy(SMOKE, run_dir / "spec.yaml")
     (run_dir / "metrics.jsonl").write_text("")
-    proc = start("eval", str(SMOKE), "--episodes", "64", "--out", str(run_dir / "eval.json"))
+    proc = start("eval", str(SMOKE), "--episodes", "1000", "--out", str(run_dir / "eval.json"))  # long enough to be under way
     wait_until(lambda: lock_held(run_dir), proc, "writer lock")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

@@ -73,8 +73,8 @@ def test_nan_gradient_skips_only_that_agents_update(smoke_spec) -> None:
 def nan_loss_for(agent: str):
     real = update_mod.batch_loss
 
-    def patched(team, who, batch, st, old_logp=None):
-        loss, logp = real(team, who, batch, st, old_logp)
+    def patched(team, who, batch, st, old_logp=None, sampler=None):
+        loss, logp = real(team, who, batch, st, old_logp, sampler)
         return (loss * math.nan if who == agent else loss), logp
 
     return patched

@@ -17,6 +17,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import logprob_key
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import parse_spec
+from tests.test_update_epochs import one_prompt_samples
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CAP = 2.0
@@ -25,17 +26,6 @@ CAP = 2.0
 def _team(smoke_tree: dict, tis_cap: float | None = CAP) -> Team:
     algorithm = {**smoke_tree["algorithm"], "kl_coef": 0.0, "tis_cap": tis_cap}
     return Team(parse_spec({**smoke_tree, "sampler": "vllm", "algorithm": algorithm}))  # Team never starts vLLM
-
-
-def _samples(team: Team) -> list[Sample]:
-    """Two completions of one prompt (4 and 2 tokens) with advantages +1 and -0.5."""
-    prompt = team.encode("caller", [{"role": "user", "content": "What is 12+7?"}])
-    group = ("p0", "tool_caller", 0)
-    completions = (torch.tensor([11, 12, 13, 14]), torch.tensor([21, 22]))
-    return [
-        Sample("caller", "tool_caller", 0, "p0", group, prompt, ids, "", 0.0, 0.0, 0.0, advantage=adv)
-        for ids, adv in zip(completions, (1.0, -0.5), strict=True)
-    ]
 
 
 def _record(batch: list[Sample], logp: torch.Tensor, shift: float, rows: int | None = None) -> dict[tuple, torch.Tensor]:
@@ -63,7 +53,7 @@ def _trainer_logp(team: Team, batch: list[Sample]) -> torch.Tensor:
 
 def test_sampler_logprobs_equal_to_the_trainers_give_weight_1_and_the_plain_loss_and_gradient(smoke_tree):
     team = _team(smoke_tree)
-    batch = _samples(team)
+    batch = one_prompt_samples(team)
     plain_loss, plain_grads, _ = _loss_and_grads(team, batch, None)
     loss, grads, st = _loss_and_grads(team, batch, _record(batch, _trainer_logp(team, batch), 0.0))
     assert st._sums["tis"] / st._sums["tis_tokens"] == pytest.approx(1.0, abs=1e-6)
@@ -75,7 +65,7 @@ def test_sampler_logprobs_equal_to_the_trainers_give_weight_1_and_the_plain_loss
 
 def test_sampler_logprobs_far_below_the_trainers_are_truncated_at_the_cap(smoke_tree):
     team = _team(smoke_tree)
-    batch = _samples(team)
+    batch = one_prompt_samples(team)
     plain_loss, plain_grads, _ = _loss_and_grads(team, batch, None)
     loss, grads, st = _loss_and_grads(team, batch, _record(batch, _trainer_logp(team, batch), -20.0))  # ratio e^20
     assert st._sums["tis"] / st._sums["tis_tokens"] == pytest.approx(CAP)
@@ -85,7 +75,7 @@ def test_sampler_logprobs_far_below_the_trainers_are_truncated_at_the_cap(smoke_
 
 def test_tokens_the_sampler_did_not_record_keep_weight_1_and_update_logs_the_mean_weight(smoke_tree):
     team = _team(smoke_tree)
-    batch = _samples(team)
+    batch = one_prompt_samples(team)
     record = _record(batch, _trainer_logp(team, batch), -20.0, rows=1)  # only the 4-token completion
     stats = update(team, make_optimizers(team), batch, record)
     assert stats["caller"].tis_weight == pytest.approx((4 * CAP + 2 * 1.0) / 6)  # logged as tis_weight/caller
@@ -95,7 +85,7 @@ def test_tokens_the_sampler_did_not_record_keep_weight_1_and_update_logs_the_mea
 
 def test_without_tis_cap_the_sampler_logprobs_leave_the_loss_alone(smoke_tree):
     team = _team(smoke_tree, tis_cap=None)
-    batch = _samples(team)
+    batch = one_prompt_samples(team)
     plain_loss, _, _ = _loss_and_grads(team, batch, None)
     loss, _, st = _loss_and_grads(team, batch, _record(batch, _trainer_logp(team, batch), -20.0))
     assert torch.equal(loss, plain_loss) and "tis" not in st._sums

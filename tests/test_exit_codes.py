@@ -24,6 +24,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def start(*args: str) -> subprocess.Popen:
+    """The CLI as a terminal's foreground command: SIGINT at its default disposition. A shell starts background jobs
+    (`make test &`, `nohup ... &`) with SIGINT ignored and children inherit that, so Python would never see Ctrl-C."""
     return subprocess.Popen(
         [sys.executable, "-m", "pettingllms_cli", *args],
         cwd=ROOT,
@@ -31,6 +33,7 @@ def start(*args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -112,7 +115,7 @@ def test_ctrl_c_during_eval_exits_130_with_one_line(tmp_path: Path) -> None:
     run_dir.mkdir()
     shutil.copy(SMOKE, run_dir / "spec.yaml")
     (run_dir / "metrics.jsonl").write_text("")
-    proc = start("eval", str(SMOKE), "--episodes", "1000", "--out", str(run_dir / "eval.json"))  # long enough to be under way
+    proc = start("eval", str(SMOKE), "--episodes", "64", "--out", str(run_dir / "eval.json"))
     wait_until(lambda: lock_held(run_dir), proc, "writer lock")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)

@@ -330,6 +330,7 @@ def main() -> None:
             if code == INTERRUPTED:
                 _say_interrupted()
             sys.exit(code)
+        distributed.shutdown(succeeded=True)
     except UserError as e:
         message = escape(" ".join(str(e).splitlines()))  # one line, and never read as rich markup
         Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)

@@ -71,8 +71,13 @@ def refuse_lone_accelerate_process() -> None:
         )
 
 
-def shutdown() -> None:
+def shutdown(succeeded: bool = False) -> None:
+    """Leave the process group. After a command that succeeded, wait for every rank first: rank 0 hosts the group's
+    store, and a rank that tears down while another still talks to it can abort at exit (SIGABRT, "terminate called
+    without an active exception"). After an error, leave at once: a barrier could wait on a rank that failed."""
     if dist.is_initialized():
+        if succeeded:
+            dist.barrier()
         dist.destroy_process_group()
 
 

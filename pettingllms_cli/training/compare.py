@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import yaml
 from rich.console import Console
 
 from pettingllms_cli import distributed
@@ -65,16 +64,16 @@ def seeded(path: Path, seed: int, max_steps: int | None, budget: list[str] | tup
 def run_state(spec: Experiment, run_dir: Path) -> str:
     """`done` (reuse), `partial` (resume), `stale` (replace) or `new`."""
     from pettingllms_cli.training.checkpoint import complete_checkpoints
-    from pettingllms_cli.training.rundir import as_current, holds_run
+    from pettingllms_cli.training.rundir import as_current, holds_run, read_saved_spec
 
     spec_file = run_dir / "spec.yaml"
     if not spec_file.is_file():
         return "stale" if holds_run(run_dir) else "new"
     try:
-        saved = yaml.safe_load(spec_file.read_text())
-    except yaml.YAMLError:
-        return "stale"
-    if not isinstance(saved, dict) or as_current(saved) != spec.model_dump(mode="json"):
+        saved = read_saved_spec(spec_file)
+    except UserError:
+        return "stale"  # damaged: replace the run
+    if as_current(saved) != spec.model_dump(mode="json"):
         return "stale"  # a knob added since the run, at its default, is no change (as_current)
     steps = [s for s, _ in complete_checkpoints(run_dir)]
     finished = spec.train.steps in steps and (run_dir / "eval_after.json").is_file()

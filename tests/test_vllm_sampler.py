@@ -96,14 +96,14 @@ def test_after_an_update_vllm_follows_the_new_adapter(pair):
         with torch.no_grad():
             for p, q in zip(team.params[caller], saved, strict=True):
                 p.copy_(q)
-        sampler.push_adapters(team, [caller])
+        sampler.push_adapters([caller])
 
 
 def check_updates_reach_vllm(team: Team, sampler: VllmSampler, agents: list[str], prompts: list[list[int]], caller: str) -> None:
     before = sampler.sample_mixed([caller], prompts[:1], 1, 16, 1.0, greedy=True)[0][0]
     old_request, old_folder = sampler.requests[caller], sampler.folders[caller]
     perturb(team, caller, seed=99, scale=0.2)  # what an optimizer step does, larger
-    assert sampler.push_adapters(team, agents) == [caller]  # only the adapter that changed
+    assert sampler.push_adapters(agents) == [caller]  # only the adapter that changed
     assert sampler.requests[caller].lora_int_id > old_request.lora_int_id and not old_folder.exists()
     after = sampler.sample_mixed([caller], prompts[:1], 1, 16, 1.0, greedy=True)[0][0]
     hf = team.sample_mixed([caller], prompts[:1], 1, 16, 1.0, greedy=True)[0][0]

@@ -106,7 +106,7 @@ class Team:
     def decode(self, agent: str, ids: torch.Tensor) -> str:
         return self.tokenizer_of(agent).decode(ids, skip_special_tokens=True)
 
-    def push_adapters(self, team: Team, agents: list[str]) -> list[str]:
+    def push_adapters(self, agents: list[str] | None = None) -> list[str]:
         """No-op: the team samples with the very adapters it trains, so nothing is ever stale. Returns [] (none sent)."""
         return []
 

@@ -7,14 +7,11 @@ the trainer (`push_adapters`, `take_logprobs`), and are no-ops where the sampler
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
 from pettingllms_cli.envs.messages import Message
-
-if TYPE_CHECKING:
-    from pettingllms_cli.policy.adapters import Team
 
 
 class Sampler(Protocol):
@@ -42,8 +39,9 @@ class Sampler(Protocol):
         """Text of generated ids, special tokens dropped."""
         ...
 
-    def push_adapters(self, team: Team, agents: list[str]) -> list[str]:
-        """Bring the sampler's copy of these agents' adapters up to the trainer's; returns the adapters sent.
+    def push_adapters(self, agents: list[str] | None = None) -> list[str]:
+        """Bring the sampler's copy of these agents' adapters (None: every agent's) up to the trainer's; returns the
+        adapters sent.
 
         Called after every optimizer step. The built-in sampler samples with the trainer's own adapters: nothing to send.
         """

@@ -77,7 +77,7 @@ class VllmSampler:
         self.next_id = 1  # LoRA ids are never reused: a new push is a new id
         self.root = Path(tempfile.mkdtemp(prefix="pettingllms-lora-", dir=self.settings.lora_dir))
         self.token_logprobs: dict[tuple, torch.Tensor] = {}  # logprob_key -> [T] sampler log-probs
-        self.push_adapters(team, sorted(team.spec.agents))
+        self.push_adapters()
 
     # --- engines ------------------------------------------------------------------------------
     def _agents_on(self, key: str) -> list[str]:
@@ -121,11 +121,14 @@ class VllmSampler:
         )
 
     # --- adapters -----------------------------------------------------------------------------
-    def push_adapters(self, team: Team, agents: list[str]) -> list[str]:
-        """Push the adapters of `agents` whose weights changed since their last push; returns the adapters pushed."""
+    def push_adapters(self, agents: list[str] | None = None) -> list[str]:
+        """Push the adapters of `agents` (None: every agent) whose weights changed since their last push; returns the
+        adapters pushed."""
         from vllm.lora.request import LoRARequest
 
+        team = self.team
         pushed = []
+        agents = sorted(team.spec.agents) if agents is None else agents
         for adapter, agent in sorted({team.spec.adapter_of(a): a for a in agents}.items()):
             digest = adapter_hash(team, agent)
             if self.pushed.get(adapter) == digest:
@@ -171,7 +174,7 @@ class VllmSampler:
 
         Each token's log-prob (after temperature) is stored under `logprob_key` for `take_logprobs`.
         """
-        self.push_adapters(self.team, sorted(set(agents)))  # no-op unless an adapter changed without a push
+        self.push_adapters(sorted(set(agents)))  # no-op unless an adapter changed without a push
         completions: list[list[torch.Tensor]] = [[] for _ in prompts]
         for key in sorted({self.team.spec.base_of(a) for a in agents}):
             rows = [i for i, a in enumerate(agents) if self.team.spec.base_of(a) == key]

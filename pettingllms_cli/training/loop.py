@@ -120,7 +120,7 @@ def train_locked(
                 write_json(run_dir / "eval_before.json", before)
         learner = Learner(team, optimizers, roles)
         state = resume_everywhere(learner, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
-        sampler.push_adapters(team, sorted(team.spec.agents))  # a resume loaded other adapters
+        sampler.push_adapters()  # a resume loaded other adapters
 
         with progress_bar(console) as bar:
             task = bar.add_task(spec.name, total=spec.train.steps, completed=min(state.step, spec.train.steps), status="")
@@ -136,12 +136,12 @@ def train_locked(
                 dropped = assign_advantages(spec, trainable)  # advantage per group
                 sampler_logp = sampler.take_logprobs()  # the sampled tokens' log-probs; None when the trainer sampled
                 stats = update(team, optimizers, [s for s in trainable if s.group not in dropped], sampler_logp)  # loss + step
-                sampler.push_adapters(team, sorted(team.spec.agents))  # vLLM samples the next step with the updated adapters
+                sampler.push_adapters()  # vLLM samples the next step with the updated adapters
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
                 roles.record(whole.assignment, [float(e.success) for e in played])  # adaptive roles learn
                 distilled = distill(team, optimizers, whole.samples, step)  # cross-agent distillation, every N steps
-                sampler.push_adapters(team, sorted(team.spec.agents))  # distillation stepped optimizers too
+                sampler.push_adapters()  # distillation stepped optimizers too
                 state = advance(state, stats)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
                 metrics |= team_metrics(team, roles, whole, distilled)  # reward parts, roles per episode, memory, distillation

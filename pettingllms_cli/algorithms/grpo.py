@@ -31,6 +31,38 @@ def group_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], scale: b
     return adv
 
 
+def verdict_tally(agents: Sequence[str], groups: Sequence[Hashable], due: Sequence[bool | None]) -> dict[str, list[int]]:
+    """Per agent, how many of its groups (judged cases) called for approval and how many for sending back.
+
+    >>> verdict_tally(["v", "v", "v", "v", "p"], ["a", "a", "b", "c", "d"], [True, True, False, False, None])
+    {'v': [1, 2]}
+    """
+    cases: dict[Hashable, tuple[str, bool]] = {g: (a, d) for a, g, d in zip(agents, groups, due, strict=True) if d is not None}
+    tally: dict[str, list[int]] = {}
+    for agent, d in cases.values():
+        tally.setdefault(agent, [0, 0])[0 if d else 1] += 1
+    return tally
+
+
+def verdict_weights(agents: Sequence[str], due: Sequence[bool | None], seen: dict[str, list[int]]) -> torch.Tensor:
+    """Weights [N] that make a judge's two kinds of case count equally: a case whose due verdict is c weighs n / (2 n_c),
+    n_c of the agent's n judged cases so far (`seen`, from `verdict_tally`) having called for c; 1 for other samples.
+
+    A judge that cannot tell the cases apart is pushed towards approving by the first kind and towards sending back by
+    the second, each in proportion to how often it occurs; weighted, the two pushes cancel and a constant verdict gains
+    nothing in expectation, while a verdict that follows the case still does.
+
+    >>> verdict_weights(["v", "v", "p"], [True, False, None], {"v": [1, 3]}).tolist()
+    [2.0, 0.6666666865348816, 1.0]
+    """
+    weights = []
+    for agent, d in zip(agents, due, strict=True):
+        approve, send_back = seen.get(agent, [0, 0])
+        n_c = approve if d else send_back
+        weights.append(1.0 if d is None or n_c == 0 else (approve + send_back) / (2 * n_c))
+    return torch.tensor(weights, dtype=torch.float32)
+
+
 def zero_std_groups(rewards: torch.Tensor, groups: Sequence[Hashable]) -> set[Hashable]:
     """Keys of groups whose rewards are all equal (they carry no learning signal)."""
     values: dict[Hashable, list[float]] = defaultdict(list)

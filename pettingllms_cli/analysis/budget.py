@@ -36,6 +36,7 @@ TEAM_KEYS = (
     "coordination",
     "reward.credit",
     "reward.team_signal",
+    "reward.balance_verdicts",
 )
 NOT_COMPARED = ("name", "seed", "output_dir")  # compare sets seeds and run folders itself
 BUDGETS = ("actions", "tokens", "steps")

@@ -273,12 +273,13 @@ class FunctionCallEnv(TurnEnv):
     def _validate(self, text: str) -> Outcome:
         """Send the calls back (they do not run; the planner hears the validator's words) or let them run."""
         said = review.verdict(text)
-        local = review.judged(said, self.pending_problem is None)
+        valid = self.pending_problem is None
+        local, due = review.judged(said, valid), {"valid": valid, review.DUE: valid}
         if said is False:
             self.feedback = review.sent_back(self._shown_calls(), "validator", text)
-            return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", "valid": self.pending_problem is None})
+            return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", **due})
         self.ran = bool(self.pending)
-        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", "valid": self.pending_problem is None})
+        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", **due})
 
     def _read(self, text: str) -> Outcome:
         """Accept the call that ran (hands it in, ends the episode) or send it back; with no decision it stands."""
@@ -288,9 +289,10 @@ class FunctionCallEnv(TurnEnv):
         local = review.judged(said, self.pending_right)
         if said is False:
             self.feedback = review.sent_back(self._shown_calls(), "reader", text, self.pending_problem)
-            return Outcome(local, 0.0, attempt=True, info={"read": "retry"})
+            return Outcome(local, 0.0, attempt=True, info={"read": "retry", review.DUE: self.pending_right})
         self.handed_in, self.correct = True, self.pending_right
-        return Outcome(local, float(self.correct), solved=self.correct, attempt=True, info={"read": "accept"})
+        info = {"read": "accept", review.DUE: self.pending_right}
+        return Outcome(local, float(self.correct), solved=self.correct, attempt=True, info=info)
 
     def _shown_calls(self) -> str:
         return ", ".join(review.render_args(c) for c in self.pending) or "(no readable call)"

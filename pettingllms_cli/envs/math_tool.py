@@ -323,13 +323,14 @@ class MathToolEnv(TurnEnv):
     def _validate(self, text: str) -> Outcome:
         """Send the call back (it does not run; the planner hears the validator's words) or let it run."""
         said = review.verdict(text)
-        local = review.judged(said, self.pending_problem is None)
+        valid = self.pending_problem is None
+        local, due = review.judged(said, valid), {"valid": valid, review.DUE: valid}
         if said is False:
             self.feedback = review.sent_back(self._expression(self.pending) or "(unreadable)", "validator", text)
-            return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", "valid": self.pending_problem is None})
+            return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", **due})
         self.ran = not isinstance(parse_tool_call(self.pending or ""), str)
         self._call(self.pending or "")
-        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", "valid": self.pending_problem is None})
+        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", **due})
 
     def _read(self, text: str) -> Outcome:
         """Hand in an answer (ends the episode) or send the call back; with no verdict the result stands."""
@@ -341,9 +342,9 @@ class MathToolEnv(TurnEnv):
         if said is False:
             call = self.last_call or self._expression(self.pending) or "(unreadable)"
             self.feedback = review.sent_back(call, "reader", text, self.last_error)
-            return Outcome(local, 0.0, attempt=True, info={"read": "retry"})
+            return Outcome(local, 0.0, attempt=True, info={"read": "retry", review.DUE: right})
         self.answer, self.handed_in = self.last_value, True  # the result is the answer handed in
-        return Outcome(local, float(right), solved=right, attempt=True, info={"answer": self.answer})
+        return Outcome(local, float(right), solved=right, attempt=True, info={"answer": self.answer, review.DUE: right})
 
     @staticmethod
     def _expression(text: str | None) -> str | None:

@@ -14,6 +14,8 @@ runs unchecked (validator), the result stands as the answer (reader); `credit: d
 compares with it. The judges are paid for a correct judgement, never for a verdict as such
 (`judged`): approving a valid call and sending back an invalid one earn `JUDGED_RIGHT`; a
 rubber-stamped invalid call, a valid one sent back, or no verdict at all earn `JUDGED_WRONG`.
+Each judged action's info holds the verdict the facts called for under `DUE` (True: approve or
+accept), so `reward.balance_verdicts` can credit a judge as if both verdicts were due equally often.
 
 An attempt (docs/metrics.md) is a call that went to the tool: a `solo` call that parsed, a `team`
 call the validator let through (counted on the reader's action, which reads its result). A call
@@ -28,6 +30,7 @@ from pettingllms_cli.tools.calls import ToolCall
 
 JUDGED_RIGHT = 1.0  # a judge (validator, reader) whose verdict was right
 JUDGED_WRONG = 0.0  # a wrong verdict, or none
+DUE = "verdict_due"  # info key of a judged action: the verdict the facts called for (True: let it run / accept)
 NOTHING_TO_READ = 0.0  # the reader when no call ran this round: there was nothing to judge
 REASON_CHARS = 160  # how much of a judge's reply the planner hears when its call is sent back
 # The first of these words in a judge's reply is its verdict. Each judge is asked a yes/no question, which a

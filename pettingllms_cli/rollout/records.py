@@ -31,6 +31,7 @@ class Sample:
     env_local_reward: float = 0.0  # the env's own local reward, whatever the credit
     messages: list[Message] = field(default_factory=list)  # the observation (text level, for distillation)
     team_success: bool = False  # the team had solved the problem once this action's turn (tree) or episode (parallel) ended
+    verdict_due: bool | None = None  # a judge's action: the verdict the facts called for (envs/review.py `DUE`); else None
 
 
 @dataclass

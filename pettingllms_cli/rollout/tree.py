@@ -27,6 +27,7 @@ import torch
 
 from pettingllms_cli.envs.base import Message, StepResult, TurnEnv
 from pettingllms_cli.envs.messages import action_text
+from pettingllms_cli.envs.review import DUE
 from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.sampling import base_seed, row_seed
 from pettingllms_cli.rollout import coordination
@@ -147,7 +148,10 @@ def _sample(
     """
     team_reward, env_local = (res.team_reward, res.local_reward) if res is not None else (0.0, 0.0)
     team_reward = team_reward if team is None else team
-    return Sample(agent, role, turn, group[0], group, prompt, ids, text, reward, team_reward, local, 0.0, env_local, obs)
+    due = res.info.get(DUE) if res is not None else None
+    return Sample(
+        agent, role, turn, group[0], group, prompt, ids, text, reward, team_reward, local, 0.0, env_local, obs, verdict_due=due
+    )
 
 
 def _stepped(play: Play, role: str, text: str) -> tuple[Play, StepResult]:

@@ -89,6 +89,13 @@ class RewardSpec(Strict):
         "role at position i of R (two roles: x1.5 tokens), + R-1-i for the no-op under `difference`; not trained; "
         "none with one role. `immediate`: never played on (no extra samples; stale for deferred roles).",
     )
+    balance_verdicts: bool = Field(
+        False,
+        description="Judges (the `team` layouts' validator and reader) learn as if calls that should run and calls that "
+        "should be sent back came equally often: each judged case's advantages are weighted n / (2 n_c), n_c of the "
+        "agent's n cases so far having called for that verdict, so a judge that always says no (or always yes) gains "
+        "nothing in expectation. Other roles are unchanged (docs/credit.md).",
+    )
 
 
 class AssignmentSpec(Strict):

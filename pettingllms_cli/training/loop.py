@@ -33,7 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.distill import distill
-from pettingllms_cli.algorithms.grpo import group_advantages, zero_std_groups
+from pettingllms_cli.algorithms.grpo import group_advantages, verdict_tally, verdict_weights, zero_std_groups
 from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import AgentStats, update
 from pettingllms_cli.analysis.evaluate import evaluate
@@ -133,7 +133,8 @@ def train_locked(
                 assignment = roles.assign(step, len(problems))  # role -> agent of each episode, alike on every rank
                 rollout = collect(sampler, spec, distributed.shard(problems), distributed.shard(assignment))  # this rank's share
                 trainable = rollout.samples + rollout.intents  # actions, and intents under `parallel` + intent protocol
-                dropped = assign_advantages(spec, trainable)  # advantage per group
+                verdicts = tally_verdicts(spec, state.verdicts, trainable)  # reward.balance_verdicts: judges' cases so far
+                dropped = assign_advantages(spec, trainable, verdicts)  # advantage per group
                 sampler_logp = sampler.take_logprobs()  # the sampled tokens' log-probs; None when the trainer sampled
                 stats = update(team, optimizers, [s for s in trainable if s.group not in dropped], sampler_logp)  # loss + step
                 sampler.push_adapters()  # vLLM samples the next step with the updated adapters
@@ -142,7 +143,7 @@ def train_locked(
                 roles.record(whole.assignment, [float(e.success) for e in played])  # adaptive roles learn
                 distilled = distill(team, optimizers, whole.samples, step)  # cross-agent distillation, every N steps
                 sampler.push_adapters()  # distillation stepped optimizers too
-                state = advance(state, stats)
+                state = advance(state, stats, verdicts)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
                 metrics |= team_metrics(team, roles, whole, distilled)  # reward parts, roles per episode, memory, distillation
                 metrics |= heldout_metrics(team, roles, spec, eval_problems, state.step)  # every train.eval_every steps
@@ -266,20 +267,37 @@ def gather_rollout(rollout: Rollout) -> Rollout:
     return whole
 
 
-def assign_advantages(spec: Experiment, samples: list[Sample]) -> set:
-    """Set each sample's group-normalised advantage; return the groups filtered out (zero std)."""
+def tally_verdicts(spec: Experiment, seen: dict[str, list[int]], samples: list[Sample]) -> dict[str, list[int]]:
+    """`reward.balance_verdicts`: each judge's cases so far, this step's (every rank's) included; {} when off."""
+    if not spec.reward.balance_verdicts:
+        return {}
+    step = verdict_tally([s.agent for s in samples], [s.group for s in samples], [s.verdict_due for s in samples])
+    judges = sorted(spec.agents)
+    counts = distributed.all_reduce_sum([n for a in judges for n in step.get(a, [0, 0])]).tolist()
+    return {
+        a: [seen.get(a, [0, 0])[0] + int(counts[2 * i]), seen.get(a, [0, 0])[1] + int(counts[2 * i + 1])]
+        for i, a in enumerate(judges)
+        if counts[2 * i] + counts[2 * i + 1] or a in seen
+    }
+
+
+def assign_advantages(spec: Experiment, samples: list[Sample], verdicts: dict[str, list[int]] | None = None) -> set:
+    """Set each sample's group-normalised advantage (judges' weighted by `verdicts` under `reward.balance_verdicts`);
+    return the groups filtered out (zero std)."""
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     groups = [s.group for s in samples]
     advantages = group_advantages(rewards, groups, scale=spec.algorithm.scale_rewards)
+    if verdicts:
+        advantages = advantages * verdict_weights([s.agent for s in samples], [s.verdict_due for s in samples], verdicts)
     for s, a in zip(samples, advantages.tolist(), strict=True):
         s.advantage = a
     return zero_std_groups(rewards, groups) if spec.algorithm.filter_zero_std else set()
 
 
-def advance(state: RunState, stats: dict[str, AgentStats]) -> RunState:
-    """One more step done; each agent's run of consecutive skipped updates grows or resets."""
+def advance(state: RunState, stats: dict[str, AgentStats], verdicts: dict[str, list[int]] | None = None) -> RunState:
+    """One more step done; each agent's run of consecutive skipped updates grows or resets; the judges' cases so far."""
     streaks = {agent: state.skipped_in_a_row.get(agent, 0) + 1 if st.skipped else 0 for agent, st in sorted(stats.items())}
-    return RunState(state.step + 1, streaks)
+    return RunState(state.step + 1, streaks, verdicts or state.verdicts)
 
 
 def stop_if_stuck(spec: Experiment, state: RunState, run_dir: Path) -> None:
@@ -333,6 +351,7 @@ def save(
     """Checkpoint everything a resume needs besides adapters, optimizers and RNG (checkpoint.py adds those)."""
     extra = {
         "skipped_in_a_row": state.skipped_in_a_row,
+        "verdicts": state.verdicts,  # reward.balance_verdicts: the judges' cases so far
         "data": {
             "cursor": state.step * spec.train.problems_per_step,  # problems consumed; problems_for_step(step) continues
             "pool": len(train_problems),

@@ -22,11 +22,15 @@ from pettingllms_cli.spec import Experiment
 
 
 def team_metrics(team: Team, roles: RoleAssigner, rollout: Rollout, distilled: dict[str, float]) -> dict:
-    """`reward_env_local/<agent>`, `roles` (each episode's assignment and success), `role_success/...`, memory, distillation."""
+    """`reward_env_local/<agent>`, `due_approve_frac/<judge>`, `roles` (each episode's assignment and success),
+    `role_success/...`, memory, distillation."""
     metrics: dict = {}
     for agent in sorted(team.spec.agents):
         own = [s.env_local_reward for s in rollout.samples if s.agent == agent]
         metrics[f"reward_env_local/{agent}"] = sum(own) / len(own) if own else 0.0
+        cases = {s.group: s.verdict_due for s in rollout.samples if s.agent == agent and s.verdict_due is not None}
+        if cases:  # a judge: the share of its cases this step that called for approval (balance_verdicts evens them out)
+            metrics[f"due_approve_frac/{agent}"] = sum(cases.values()) / len(cases)
     played = rollout.on_policy or rollout.episodes  # success on-policy (docs/metrics.md), as adaptive roles learn it
     metrics["roles"] = [
         {"problem": e.id, "roles": dict(assignment), "success": e.success}

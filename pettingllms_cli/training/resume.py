@@ -43,6 +43,7 @@ class RunState:
 
     step: int = 0  # steps done
     skipped_in_a_row: dict[str, int] = field(default_factory=dict)  # agent -> consecutive skipped updates
+    verdicts: dict[str, list[int]] = field(default_factory=dict)  # judge -> [cases due approval, due sending back] so far
 
 
 def resume_state(
@@ -79,7 +80,7 @@ def resume_state(
     forced = f" with --force ({len(changes)} change(s))" if changes else ""
     console.print(f"resuming {run_dir} from {checkpoint.name}{forced}", markup=False, highlight=False)
     learner.roles.load_state_dict(saved.get("roles"))  # adaptive role-assignment statistics
-    return RunState(saved["step"], dict(saved.get("skipped_in_a_row", {})))
+    return RunState(saved["step"], dict(saved.get("skipped_in_a_row", {})), dict(saved.get("verdicts", {})))
 
 
 def checkpoint_spec_changes(checkpoint: Path, saved: dict, spec: Experiment, force: bool) -> dict:

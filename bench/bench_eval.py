@@ -10,6 +10,14 @@ completion tokens they generate (EOS included) and include stepping the envs. Th
 repeat after repeat (the first round warms up), and each is timed in process CPU time, so other
 jobs sharing the cores slow neither side; wall-clock figures are printed as well.
 
+Each side also counts the prompt tokens it runs through the model (`PrefillCount`: a shared few-shot
+prefix once per adapter, each prompt's own tokens once). A prompt token costs about as many FLOP as a
+generated one, and evaluation samples one completion per prompt where training samples K, so it
+runs several times more prompt tokens per generated token. `flop_parity` is what the ratio would be
+if both sides ran every token at one rate: the ratio can exceed it only where evaluation's work
+(mostly large prefill matmuls) runs at a higher FLOP rate than training sampling's (mostly skinny
+decode matmuls); making training's decode faster lowers the ratio.
+
 Last line: `eval_over_train_sampling=<eval tokens per CPU second over training sampling's>`.
 """
 
@@ -24,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from common import PrefillCount
 
 SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 
@@ -71,9 +80,12 @@ def main() -> None:
         return tree_rollout(team, spec, make_envs(spec, step_problems), spec.algorithm.group_size).tokens  # one step's sampling
 
     runs: dict[str, list[tuple[int, float, float]]] = {"eval": [], "train_sampling": []}
+    prompt_tokens: dict[str, int] = {}
     for round_ in range(repeats + 1):  # the first round warms up and is not timed
         for name, work in (("eval", eval_work), ("train_sampling", train_work)):
-            got = timed(work)
+            with PrefillCount() as prompt:
+                got = timed(work)
+            prompt_tokens[name] = prompt.tokens
             if round_:
                 runs[name].append(got)
     rates = {}
@@ -88,6 +100,9 @@ def main() -> None:
         print(f"{name}_cpu_seconds={cpu:.2f}")
         print(f"{name}_tokens_per_wall_second={tokens / wall:.1f}")
         print(f"{name}_tokens_per_second={rates[name]:.1f}")
+        print(f"{name}_prompt_tokens_per_generated={prompt_tokens[name] / tokens:.2f}")
+    ceilings = {name: PrefillCount.ceiling(got[-1][0], prompt_tokens[name]) for name, got in runs.items()}
+    print(f"flop_parity={ceilings['eval'] / ceilings['train_sampling']:.3f}")
     print(f"eval_over_train_sampling={rates['eval'] / rates['train_sampling']:.3f}")
 
 

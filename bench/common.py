@@ -35,3 +35,50 @@ def quickstart_team(name: str):
     team = Team(spec)
     perturb_adapters(team)
     return team
+
+
+def matmul_flops_per_cpu_second(n: int = 1024, reps: int = 20) -> float:
+    """fp32 FLOP per CPU second of n x n matmuls (CPU time: other jobs on the machine cancel out)."""
+    import time
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    began = time.process_time()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.process_time() - began)
+
+
+class PrefillCount:
+    """Counts the prompt tokens the sampler must run through the model (`decoding.prefill`), while installed.
+
+    The necessary work, padding excluded: the prefix the prompts share once per distinct adapter (as
+    prefill runs it) plus each prompt's own tokens. Each such token costs about 2 x params FLOP, as a
+    generated one does, so with `generated` tokens the best a sampler can reach against the
+    generated-tokens-only compute bound is generated / (generated + tokens) (`ceiling`).
+    """
+
+    def __init__(self) -> None:
+        self.tokens = 0
+
+    def __enter__(self) -> PrefillCount:
+        from pettingllms_cli.policy import decoding
+
+        self._decoding, self._prefill = decoding, decoding.prefill
+
+        def counted(model, prompts, pad, k, adapters):
+            shared = decoding.shared_prefix_length(prompts) if len(prompts) > 1 else 0
+            shared = shared if shared >= decoding.MIN_SHARED_PREFIX else 0
+            copies = len(set(adapters)) if (shared and adapters) else (1 if shared else 0)
+            self.tokens += shared * copies + sum(len(p) - shared for p in prompts)
+            return self._prefill(model, prompts, pad, k, adapters)
+
+        decoding.prefill = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._decoding.prefill = self._prefill
+
+    @staticmethod
+    def ceiling(generated: int, prefill_tokens: int) -> float:
+        return generated / max(generated + prefill_tokens, 1)

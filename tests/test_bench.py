@@ -49,6 +49,7 @@ def test_bench_eval_prints_ratio():
     figures = run_bench("bench_eval.py")
     assert math.isfinite(figures["eval_over_train_sampling"])
     assert "eval_tokens_per_second" in figures and "train_sampling_tokens_per_second" in figures
+    assert 0 < figures["flop_parity"] and figures["eval_prompt_tokens_per_generated"] > 0
 
 
 @pytest.mark.slow
@@ -56,6 +57,28 @@ def test_bench_sampling_bound_prints_ratio():
     figures = run_bench("bench_sampling_bound.py")
     assert math.isfinite(figures["sampling_over_bound"])
     assert "compute_bound_tokens_per_second" in figures and "matmul_gflops" in figures
+    assert 0 < figures["ceiling_with_prefill"] <= 1 and figures["prompt_tokens_prefilled"] > 0
+    assert figures["attainable_over_bound"] > 0 and figures["decode_matmul_ms_per_step"] > 0
+
+
+def test_prefill_count_is_the_shared_prefix_once_per_adapter_plus_each_prompts_own_tokens(smoke_spec, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from common import PrefillCount
+
+    from pettingllms_cli.policy import decoding
+    from pettingllms_cli.policy.adapters import Team
+
+    team, original = Team(smoke_spec), decoding.prefill
+    shared = list(range(5, 5 + decoding.MIN_SHARED_PREFIX + 2))  # long enough to be prefilled once
+    prompts = [shared + [40, 41, 42], shared + [43], shared + [44, 45]]
+    with PrefillCount() as count:
+        team.sample_mixed(["caller", "verifier", "caller"], prompts, 2, 2, 1.0, seeds=[1, 2, 3])
+    assert count.tokens == len(shared) * 2 + 6  # two adapters each run the prefix; 3 + 1 + 2 own tokens
+    assert decoding.prefill is original  # uninstalled on exit
+    with PrefillCount() as count:
+        team.sample("caller", prompts[:1], 2, 2, 1.0, seeds=[1])
+    assert count.tokens == len(prompts[0])  # one prompt: nothing shared, every token its own
+    assert PrefillCount.ceiling(10, 30) == 0.25
 
 
 def test_gpu_check_dry_run_lists_its_steps():

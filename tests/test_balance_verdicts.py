@@ -88,7 +88,7 @@ def test_cases_add_up_over_steps_and_other_roles_are_untouched(smoke_tree):
     spec = _spec(smoke_tree, True)
     samples = _judge_samples([True, False])
     seen = tally_verdicts(spec, {"verifier": [0, 4]}, samples)
-    assert seen == {"verifier": [1, 5]}  # 1 + 0 due approval, 1 + 4 due sending back
+    assert seen == {"verifier": [2, 6]}  # this step's 2 + 0 judged actions due approval, 2 + 4 due sending back
     caller = Sample("caller", "tool_caller", 0, "p9", ("p9", "tool_caller", 0), [1], torch.tensor([2]), "x", 1.0, 1.0, 0.0)
     other = Sample("caller", "tool_caller", 0, "p9", ("p9", "tool_caller", 0), [1], torch.tensor([2]), "y", 0.0, 0.0, 0.0)
     plain = [caller, other]

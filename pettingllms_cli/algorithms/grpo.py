@@ -31,22 +31,26 @@ def group_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], scale: b
     return adv
 
 
-def verdict_tally(agents: Sequence[str], groups: Sequence[Hashable], due: Sequence[bool | None]) -> dict[str, list[int]]:
-    """Per agent, how many of its groups (judged cases) called for approval and how many for sending back.
+def verdict_tally(agents: Sequence[str], due: Sequence[bool | None]) -> dict[str, list[int]]:
+    """Per agent, how many of its judged actions called for approval and how many for sending back.
 
-    >>> verdict_tally(["v", "v", "v", "v", "p"], ["a", "a", "b", "c", "d"], [True, True, False, False, None])
-    {'v': [1, 2]}
+    Under `tree` rollouts a group's K candidates judge one case, so this is K x the cases and the
+    shares are the cases' own; under `parallel` each action is its own case.
+
+    >>> verdict_tally(["v", "v", "v", "v", "p"], [True, True, False, False, None])
+    {'v': [2, 2]}
     """
-    cases: dict[Hashable, tuple[str, bool]] = {g: (a, d) for a, g, d in zip(agents, groups, due, strict=True) if d is not None}
     tally: dict[str, list[int]] = {}
-    for agent, d in cases.values():
-        tally.setdefault(agent, [0, 0])[0 if d else 1] += 1
+    for agent, d in zip(agents, due, strict=True):
+        if d is not None:
+            tally.setdefault(agent, [0, 0])[0 if d else 1] += 1
     return tally
 
 
 def verdict_weights(agents: Sequence[str], due: Sequence[bool | None], seen: dict[str, list[int]]) -> torch.Tensor:
-    """Weights [N] that make a judge's two kinds of case count equally: a case whose due verdict is c weighs n / (2 n_c),
-    n_c of the agent's n judged cases so far (`seen`, from `verdict_tally`) having called for c; 1 for other samples.
+    """Weights [N] that make a judge's two kinds of case count equally: an action whose due verdict is c weighs
+    n / (2 n_c), n_c of the agent's n judged actions so far (`seen`, from `verdict_tally`) having called for c; 1 for
+    other samples.
 
     A judge that cannot tell the cases apart is pushed towards approving by the first kind and towards sending back by
     the second, each in proportion to how often it occurs; weighted, the two pushes cancel and a constant verdict gains

@@ -271,7 +271,7 @@ def tally_verdicts(spec: Experiment, seen: dict[str, list[int]], samples: list[S
     """`reward.balance_verdicts`: each judge's cases so far, this step's (every rank's) included; {} when off."""
     if not spec.reward.balance_verdicts:
         return {}
-    step = verdict_tally([s.agent for s in samples], [s.group for s in samples], [s.verdict_due for s in samples])
+    step = verdict_tally([s.agent for s in samples], [s.verdict_due for s in samples])
     judges = sorted(spec.agents)
     counts = distributed.all_reduce_sum([n for a in judges for n in step.get(a, [0, 0])]).tolist()
     return {

@@ -28,9 +28,9 @@ def team_metrics(team: Team, roles: RoleAssigner, rollout: Rollout, distilled: d
     for agent in sorted(team.spec.agents):
         own = [s.env_local_reward for s in rollout.samples if s.agent == agent]
         metrics[f"reward_env_local/{agent}"] = sum(own) / len(own) if own else 0.0
-        cases = {s.group: s.verdict_due for s in rollout.samples if s.agent == agent and s.verdict_due is not None}
-        if cases:  # a judge: the share of its cases this step that called for approval (balance_verdicts evens them out)
-            metrics[f"due_approve_frac/{agent}"] = sum(cases.values()) / len(cases)
+        due = [s.verdict_due for s in rollout.samples if s.agent == agent and s.verdict_due is not None]
+        if due:  # a judge: the share of its judged actions this step that called for approval (balance_verdicts evens them)
+            metrics[f"due_approve_frac/{agent}"] = sum(due) / len(due)
     played = rollout.on_policy or rollout.episodes  # success on-policy (docs/metrics.md), as adaptive roles learn it
     metrics["roles"] = [
         {"problem": e.id, "roles": dict(assignment), "success": e.success}

@@ -43,7 +43,7 @@ class RunState:
 
     step: int = 0  # steps done
     skipped_in_a_row: dict[str, int] = field(default_factory=dict)  # agent -> consecutive skipped updates
-    verdicts: dict[str, list[int]] = field(default_factory=dict)  # judge -> [cases due approval, due sending back] so far
+    verdicts: dict[str, list[int]] = field(default_factory=dict)  # judge -> [actions due approval, due sending back] so far
 
 
 def resume_state(

@@ -109,7 +109,7 @@ def test_a_lone_agent_and_a_balanced_team_are_an_equal_budget_pair():
     check_equal_arms([Path("single.yaml"), Path("team.yaml")], [single, team])  # a team-defining key: no error
 
 
-def test_the_judges_cases_are_saved_with_each_checkpoint(smoke_tree, tmp_path):
+def test_the_judges_counts_are_saved_with_each_checkpoint_and_resumed(smoke_tree, tmp_path):
     tree = {**smoke_tree, "reward": {**smoke_tree["reward"], "balance_verdicts": True}}
     tree["env"] = {"name": "math_tool_v0", "layout": "team", "data": "generated", "max_turns": 2, "eval_problems": 1}
     tree["agents"] = {
@@ -124,3 +124,7 @@ def test_the_judges_cases_are_saved_with_each_checkpoint(smoke_tree, tmp_path):
     approve, send_back = saved["verdicts"]["validator"]
     assert row["due_approve_frac/validator"] == round(approve / (approve + send_back), 6)  # one step: the same cases
     assert "due_approve_frac/planner" not in row
+    tree["train"] = {**tree["train"], "steps": 2}  # resume: step 2 adds its judged actions to step 1's
+    train(parse_spec(tree), tmp_path / "run", resume=True)
+    resumed = torch.load(run / "checkpoints" / "step_2" / STATE_FILE, weights_only=False)["verdicts"]["validator"]
+    assert resumed[0] >= approve and resumed[1] >= send_back and sum(resumed) > approve + send_back

@@ -92,9 +92,9 @@ class RewardSpec(Strict):
     balance_verdicts: bool = Field(
         False,
         description="Judges (the `team` layouts' validator and reader) learn as if calls that should run and calls that "
-        "should be sent back came equally often: each judged case's advantages are weighted n / (2 n_c), n_c of the "
-        "agent's n cases so far having called for that verdict, so a judge that always says no (or always yes) gains "
-        "nothing in expectation. Other roles are unchanged (docs/credit.md).",
+        "should be sent back came equally often: each judged action's advantage is weighted n / (2 n_c), n_c of the "
+        "agent's n judged actions so far having called for that verdict, so a judge that always says no (or always yes) "
+        "gains nothing in expectation over steps that hold both kinds of case. Other roles are unchanged (docs/credit.md).",
     )
 
 

@@ -268,17 +268,20 @@ def gather_rollout(rollout: Rollout) -> Rollout:
 
 
 def tally_verdicts(spec: Experiment, seen: dict[str, list[int]], samples: list[Sample]) -> dict[str, list[int]]:
-    """`reward.balance_verdicts`: each judge's cases so far, this step's (every rank's) included; {} when off."""
+    """`reward.balance_verdicts`: each judge's [actions due approval, due sending back] so far, this step's (every
+    rank's) included; {} when off."""
     if not spec.reward.balance_verdicts:
         return {}
     step = verdict_tally([s.agent for s in samples], [s.verdict_due for s in samples])
-    judges = sorted(spec.agents)
-    counts = distributed.all_reduce_sum([n for a in judges for n in step.get(a, [0, 0])]).tolist()
-    return {
-        a: [seen.get(a, [0, 0])[0] + int(counts[2 * i]), seen.get(a, [0, 0])[1] + int(counts[2 * i + 1])]
-        for i, a in enumerate(judges)
-        if counts[2 * i] + counts[2 * i + 1] or a in seen
-    }
+    agents = sorted(spec.agents)  # the same order on every rank
+    counts = distributed.all_reduce_sum([n for a in agents for n in step.get(a, [0, 0])]).tolist()
+    tally = {}
+    for i, agent in enumerate(agents):
+        approve, send_back = seen.get(agent, [0, 0])
+        total = [approve + int(counts[2 * i]), send_back + int(counts[2 * i + 1])]
+        if sum(total):  # a judge
+            tally[agent] = total
+    return tally
 
 
 def assign_advantages(spec: Experiment, samples: list[Sample], verdicts: dict[str, list[int]] | None = None) -> set:

@@ -247,7 +247,8 @@ def compare(
         bool,
         typer.Option(
             help="Compare specs that differ in more than what defines a team (layout, agents and roles, specialization, "
-            "assignment, distill, coordination, credit), e.g. in algorithm.lr or models."
+            "assignment, distill, coordination, credit: reward.credit, team_signal, balance_verdicts), e.g. in algorithm.lr "
+            "or models."
         ),
     ] = False,
     episodes: Annotated[

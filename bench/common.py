@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 
@@ -39,8 +41,6 @@ def quickstart_team(name: str):
 
 def matmul_flops_per_cpu_second(n: int = 1024, reps: int = 20) -> float:
     """fp32 FLOP per CPU second of n x n matmuls (CPU time: other jobs on the machine cancel out)."""
-    import time
-
     a, b = torch.randn(n, n), torch.randn(n, n)
     a @ b
     began = time.process_time()
@@ -67,9 +67,8 @@ class PrefillCount:
         self._decoding, self._prefill = decoding, decoding.prefill
 
         def counted(model, prompts, pad, k, adapters):
-            shared = decoding.shared_prefix_length(prompts) if len(prompts) > 1 else 0
-            shared = shared if shared >= decoding.MIN_SHARED_PREFIX else 0
-            copies = len(set(adapters)) if (shared and adapters) else (1 if shared else 0)
+            shared = decoding.prefix_run_once(prompts)  # run once per distinct adapter, as prefill does
+            copies = len(set(adapters)) if adapters else 1
             self.tokens += shared * copies + sum(len(p) - shared for p in prompts)
             return self._prefill(model, prompts, pad, k, adapters)
 

@@ -83,6 +83,13 @@ def shared_prefix_length(prompts: list[list[int]]) -> int:
     return n
 
 
+def prefix_run_once(prompts: list[list[int]]) -> int:
+    """How many leading tokens `prefill` runs once (per adapter) for all the prompts: their shared prefix, or 0 for a
+    single prompt or a prefix shorter than MIN_SHARED_PREFIX (then every prompt runs all its tokens itself)."""
+    shared = shared_prefix_length(prompts) if len(prompts) > 1 else 0
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
 def prefill(model: torch.nn.Module, prompts: list[list[int]], pad: int, k: int, adapters: list[str] | None) -> Prefilled:
     """Run the prompts (prompt i through adapters[i], or the active adapter) and expand each to its k rows.
 
@@ -90,8 +97,7 @@ def prefill(model: torch.nn.Module, prompts: list[list[int]], pad: int, k: int, 
     then each prompt's own tokens, left-padded after the prefix, on top of its cache.
     """
     device = model.device
-    shared = shared_prefix_length(prompts) if len(prompts) > 1 else 0
-    shared = shared if shared >= MIN_SHARED_PREFIX else 0
+    shared = prefix_run_once(prompts)
     cache = None
     if shared:
         distinct = sorted(set(adapters)) if adapters else None

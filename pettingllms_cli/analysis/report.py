@@ -206,6 +206,15 @@ def episodes_html(states: list[dict]) -> str:
 
 
 # --- the report ---------------------------------------------------------------------------------
+def compute_dtypes(run_dir: Path) -> str | None:
+    """One line: the dtype each base computed in and why (resolved.json, written by train); None for older runs."""
+    models = (read_json(run_dir / "resolved.json") or {}).get("models")
+    if not isinstance(models, dict) or not models:
+        return None
+    parts = [f"{name}: {m.get('dtype')} ({m.get('why')})" for name, m in sorted(models.items()) if isinstance(m, dict)]
+    return "Compute dtype of the bases (LoRA weights and log-softmax in float32): " + "; ".join(parts) + "."
+
+
 def write_report(run_dir: Path) -> Path:
     """Write report.md, report.html and plots/*.png for a run directory; returns report.md's path."""
     run_dir = Path(run_dir)
@@ -213,6 +222,10 @@ def write_report(run_dir: Path) -> Path:
     before, after = read_eval(run_dir / "eval_before.json"), read_eval(run_dir / "eval_after.json")
     pngs = run_plots(rows)
     md, body = [f"# Run report: {run_dir.name}", ""], [f"<h1>Run report: {html.escape(run_dir.name)}</h1>"]
+    computed = compute_dtypes(run_dir)
+    if computed:
+        md += [computed, ""]
+        body.append(f"<p>{html.escape(computed)}</p>")
     if before and after:
         headers, table = ["held-out (greedy)", "before", "after"], eval_rows(before, after)
         md += ["## Held-out problems", "", *md_table(headers, table), ""]

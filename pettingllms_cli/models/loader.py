@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import struct
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -29,14 +30,14 @@ from transformers import (
 )
 from transformers.pytorch_utils import Conv1D
 
+from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.memory import release_freed_memory
+from pettingllms_cli.models.precision import dtype_problem, resolve_precision, slow_path_warning
 from pettingllms_cli.models.tiny import TINY_CONFIGS, tiny_model
 from pettingllms_cli.spec import ModelSpec
 from pettingllms_cli.spec.builtin_models import BUILTINS, cache_root, package_dir
 from pettingllms_cli.spec.experiment import chat_template_problem
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _save_atomically(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, folder: Path) -> Path:
@@ -149,6 +150,12 @@ def check_models(models: dict[str, ModelSpec]) -> None:
         problem = source_problem(model.source) or nf4_problem(model)
         if problem:
             raise UserError(f"models.{name}.source: {problem}")
+        problem = dtype_problem(model, distributed.device())
+        if problem:
+            raise UserError(f"models.{name}.dtype: {problem}")
+        warning = slow_path_warning(model, distributed.device())
+        if warning and distributed.is_main():
+            print(f"models.{name}.dtype: {warning}", file=sys.stderr)
 
 
 def source_problem(source: str) -> str | None:
@@ -278,14 +285,16 @@ def keep_4bit_layout(model: torch.nn.Module) -> int:
 
 
 def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
-    """Load a base model (frozen) and its tokenizer, in the spec's dtype and quantization."""
+    """Load a base model (frozen) and its tokenizer, in the spec's dtype (`auto` resolved for this rank's device) and
+    quantization."""
     where = resolve(spec.source)
-    kwargs: dict = {"dtype": DTYPES[spec.dtype]}
+    dtype = resolve_precision(spec, distributed.device()).torch_dtype
+    kwargs: dict = {"dtype": dtype}
     if spec.quantization == "nf4":
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=DTYPES[spec.dtype]
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(where)

@@ -28,8 +28,10 @@ import torch
 from peft import get_peft_model_state_dict
 from safetensors.torch import save_file
 
+from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.models.loader import resolve
+from pettingllms_cli.models.precision import resolve_precision
 from pettingllms_cli.policy.decoding import cut_at_eos
 from pettingllms_cli.policy.logprobs import logprob_key
 from pettingllms_cli.policy.sampling import row_seed
@@ -106,7 +108,7 @@ class VllmSampler:
         return LLM(
             model=folder,
             tokenizer=folder,
-            dtype=spec.dtype,
+            dtype=resolve_precision(spec, distributed.device()).dtype,  # the trainer's dtype, `auto` resolved alike
             seed=self.team.spec.seed,
             enable_lora=True,
             max_loras=len(adapters),

@@ -46,7 +46,13 @@ class EnvSpec(Strict):
 
 class ModelSpec(Strict):
     source: str = Field(description="A built-in alias (`pettingllms models list`), a hub id, a local folder or a `.gguf` file.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights' dtype for compute.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto",
+        description="The frozen base's compute dtype. `auto`: bfloat16 where the hardware computes it fast (a CUDA GPU with "
+        "bf16, a CPU with AMX or AVX512-BF16), else float32; the run records what it chose (resolved.json, the report). "
+        "`float32` reproduces runs bit for bit; `float16` only on a GPU. LoRA weights, their optimizer state and the "
+        "loss's log-softmax stay float32 (docs/dtype.md).",
+    )
     quantization: Literal["none", "nf4"] = Field("none", description="`nf4` loads the base in 4 bit with bitsandbytes (QLoRA).")
     prompt_template: str | None = Field(
         None,

@@ -56,6 +56,7 @@ from pettingllms_cli.training.checkpoint import (
     latest_checkpoint,
     save_checkpoint,
 )
+from pettingllms_cli.training.dtypes import record_dtypes
 from pettingllms_cli.training.graceful import GracefulStop, StopNow
 from pettingllms_cli.training.lock import writer_lock
 from pettingllms_cli.training.metrics import heldout_metrics, step_metrics, team_metrics
@@ -104,6 +105,7 @@ def train_locked(
 ) -> Path:
     """`train` once this process holds the run directory's writer lock."""
     changes = distributed.on_main(prepare_run_dir, spec, run_dir, resume, overwrite, force)  # rank 0 alone writes files
+    changes |= distributed.on_main(record_dtypes, spec, run_dir, resume, force)  # resolved.json; --resume keeps the dtype
     with GracefulStop() as stop, contextlib.ExitStack() as closing:
         seed_everything(spec.seed)
         with distributed.main_first():  # rank 0 fills the model cache before the others read it

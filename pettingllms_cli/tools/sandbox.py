@@ -157,7 +157,13 @@ def _classify(returncode: int, stderr: str, timed_out: bool) -> str | None:
 
 
 def run_python(
-    code: str, stdin: str = "", timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB, max_output: int = MAX_OUTPUT
+    code: str,
+    stdin: str = "",
+    timeout: float = TIMEOUT_S,
+    memory_mb: int = MEMORY_MB,
+    max_output: int = MAX_OUTPUT,
+    *,
+    pass_fds: tuple[int, ...] = (),
 ) -> SandboxResult:
     """Run `code` in a fresh limited process; nothing it does outlives the call.
 
@@ -169,13 +175,15 @@ def run_python(
     try:
         # A lone surrogate (text no tokenizer decodes to, but a caller may pass) cannot be UTF-8: write it as `?`.
         (workdir / "main.py").write_text(code, encoding="utf-8", errors="replace")
-        return _run(workdir, logs, stdin.encode("utf-8", errors="replace"), timeout, memory_mb, max_output)
+        return _run(workdir, logs, stdin.encode("utf-8", errors="replace"), timeout, memory_mb, max_output, pass_fds)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
 
 
-def _run(workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int, max_output: int) -> SandboxResult:
+def _run(
+    workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int, max_output: int, pass_fds: tuple[int, ...] = ()
+) -> SandboxResult:
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": str(workdir),
@@ -195,6 +203,7 @@ def _run(workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int
             stdout=out,
             stderr=err,
             start_new_session=True,
+            pass_fds=pass_fds,
             preexec_fn=lambda: _limits(cpu_s, memory_mb),
         )
         timed_out = False

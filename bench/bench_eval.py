@@ -2,8 +2,8 @@
 
     python bench/bench_eval.py [--quick] [--repeats R] [--threads N]
 
-The team is `experiments/quickstart.yaml` (two SmolLM2-135M-Instruct agents on one fp32 base,
-LoRA r=16). Evaluation is `evaluate` as `train` runs it before and after training: one greedy
+The team is `experiments/quickstart.yaml` (two SmolLM2-135M-Instruct agents on one base, in the dtype `auto`
+picks here, LoRA r=16). Evaluation is `evaluate` as `train` runs it before and after training: one greedy
 episode per held-out problem (24; 8 with --quick), action log-probs included. Training sampling
 is one step's `tree_rollout`: 4 problems, K=4 seeded samples per action. Both count the
 completion tokens they generate (EOS included) and include stepping the envs. The two alternate,
@@ -16,7 +16,9 @@ generated one, and evaluation samples one completion per prompt where training s
 runs several times more prompt tokens per generated token. `flop_parity` is what the ratio would be
 if both sides ran every token at one rate: the ratio can exceed it only where evaluation's work
 (mostly large prefill matmuls) runs at a higher FLOP rate than training sampling's (mostly skinny
-decode matmuls); making training's decode faster lowers the ratio.
+decode matmuls); making training's decode faster lowers the ratio. `<side>_processed_over_bound`: prompt and
+generated tokens per CPU second over the square-matmul rate of the base's dtype / (2 x params), the share of that
+rate each side reaches.
 
 Last line: `eval_over_train_sampling=<eval tokens per CPU second over training sampling's>`.
 """
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from common import PrefillCount
+from common import PrefillCount, base_dtype, matmul_flops_per_cpu_second
 
 SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 
@@ -90,8 +92,12 @@ def main() -> None:
                 runs[name].append(got)
     rates = {}
     k = spec.algorithm.group_size
+    dtype = base_dtype(team)
+    params = sum(p.numel() for n, p in next(iter(team.models.values())).named_parameters() if "lora_" not in n)
+    bound = matmul_flops_per_cpu_second(dtype=dtype) / (2 * params)  # tokens/s at the dtype's square-matmul rate
     print(f"{spec.name}: eval {len(eval_problems)} greedy episodes, training sampling {len(step_problems)} problems x K={k}")
-    print(f"{torch.get_num_threads()} threads, median of {repeats}")
+    print(f"base in {dtype}; {torch.get_num_threads()} threads, median of {repeats}")
+    print(f"compute_bound_tokens_per_second={bound:.1f}")
     for name, got in runs.items():
         tokens = got[-1][0]
         cpu, wall = statistics.median(g[1] for g in got), statistics.median(g[2] for g in got)
@@ -101,6 +107,7 @@ def main() -> None:
         print(f"{name}_tokens_per_wall_second={tokens / wall:.1f}")
         print(f"{name}_tokens_per_second={rates[name]:.1f}")
         print(f"{name}_prompt_tokens_per_generated={prompt_tokens[name] / tokens:.2f}")
+        print(f"{name}_processed_over_bound={(tokens + prompt_tokens[name]) / cpu / bound:.3f}")
     ceilings = {name: PrefillCount.ceiling(got[-1][0], prompt_tokens[name]) for name, got in runs.items()}
     print(f"flop_parity={ceilings['eval'] / ceilings['train_sampling']:.3f}")
     print(f"eval_over_train_sampling={rates['eval'] / rates['train_sampling']:.3f}")

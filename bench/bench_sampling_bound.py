@@ -2,12 +2,13 @@
 
     python bench/bench_sampling_bound.py [--quick] [--repeats R] [--threads N]
 
-The work is one role of a quickstart training step: SmolLM2-135M-Instruct (fp32), a LoRA r=16
+The work is one role of a quickstart training step: SmolLM2-135M-Instruct (its base in the dtype `auto` picks here:
+bf16 on a CPU with AMX/AVX512-BF16, else fp32; docs/dtype.md), a LoRA r=16
 adapter (B drawn non-zero), the tool caller's real prompts (~300 tokens, a few-shot preamble they
 all share) for 4 problems, K=4 seeded samples each (16 rows), at most 12 new tokens, temperature 1
 (`Team.sample`, as the rollout calls it). Prefill is part of the sampler's time.
 
-The bound: a decode step of B rows is about B x 2 x params FLOP, so at the measured fp32 rate R
+The bound: a decode step of B rows is about B x 2 x params FLOP, so at the measured rate R of the base's dtype
 (1024x1024 matmuls, the same threads, timed between the sampler's repeats) no sampler makes more
 than R / (2 x params) tokens/s. Both sides are timed in process CPU time, so other jobs sharing
 the cores slow neither the figure nor its bound (the wall-clock tokens/s is printed as well).
@@ -24,6 +25,9 @@ matrix of the model (`decode_matmul_ms_per_step`, timed here: skinny matmuls str
 from memory and run well below the square rate). The gap between that and the measured ratio is
 the loop's own cost (attention, picking tokens, the LoRA side products, Python).
 
+`processed_over_bound` counts what the sampler really computes, prompt tokens prefilled and generated tokens, per
+CPU second against the same bound: the share of the matmul rate the whole sampling call reaches.
+
 Last line: `sampling_over_bound=<sampler tokens/s over the compute bound>`.
 """
 
@@ -36,7 +40,7 @@ import time
 import warnings
 
 import torch
-from common import PrefillCount, matmul_flops_per_cpu_second, quickstart_team
+from common import PrefillCount, base_dtype, copy_bytes_per_cpu_second, matmul_flops_per_cpu_second, quickstart_team
 
 MODEL = "smollm2-135m-instruct"
 PROBLEMS, K, MAX_NEW_TOKENS = 4, 4, 12
@@ -47,22 +51,11 @@ def default_threads() -> int:
     return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch.get_num_threads()
 
 
-def copy_bytes_per_cpu_second(mb: int = 256, reps: int = 4) -> float:
-    """Bytes moved per CPU second by a large copy (reads and writes counted: 2 x size per copy)."""
-    x = torch.empty(mb * 2**20 // 4).normal_()
-    y = torch.empty_like(x)
-    y.copy_(x)
-    began = time.process_time()
-    for _ in range(reps):
-        y.copy_(x)
-    return 2 * x.numel() * 4 * reps / (time.process_time() - began)
-
-
 def decode_matmul_seconds(model: torch.nn.Module, rows: int, reps: int = 3) -> float:
     """CPU seconds of one decode step's matmuls alone: `rows` rows through every 2-D weight of the model, in order
     (the tied embedding once, as the output head), LoRA matrices left out; the fastest of `reps` passes."""
     weights = [p for n, p in model.named_parameters() if p.dim() == 2 and "lora_" not in n]
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in weights}
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights}
     best = float("inf")
     with torch.no_grad():
         for _ in range(reps + 1):  # the first pass warms up
@@ -93,6 +86,7 @@ def main() -> None:
 
     team = make_team()
     model = team.model_of("caller")
+    dtype = base_dtype(team)  # `auto`: bf16 on a CPU with AMX/AVX512-BF16, else fp32; the bound uses that dtype's rate
     params = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     envs = make_envs(team.spec, generate_problems(0, PROBLEMS, "bench"))
@@ -101,7 +95,7 @@ def main() -> None:
 
     rates, cpu_seconds, wall_seconds, tokens = [], [], [], 0
     for round_ in range(repeats + 1):  # the first round warms up and is not timed
-        rates.append(matmul_flops_per_cpu_second())
+        rates.append(matmul_flops_per_cpu_second(dtype=dtype))
         began, began_cpu = time.perf_counter(), time.process_time()
         with PrefillCount() as prompt:
             got = team.sample("caller", prompts, K, MAX_NEW_TOKENS, 1.0, seeds=seeds)
@@ -118,7 +112,7 @@ def main() -> None:
     rows = PROBLEMS * K
     weight_bound = rows * bandwidth / weight_bytes  # tokens/s: each decode step reads every weight once for `rows` tokens
     print(f"{MODEL}: {params / 1e6:.1f}M params, {PROBLEMS} prompts x K={K}, <= {MAX_NEW_TOKENS} new tokens, seeded")
-    print(f"{torch.get_num_threads()} threads; prompts {[len(p) for p in prompts]} tokens; {tokens} tokens sampled")
+    print(f"base in {dtype}; {torch.get_num_threads()} threads; prompts {[len(p) for p in prompts]} tokens; {tokens} sampled")
     print(f"matmul_gflops={rate / 1e9:.1f}")
     print(f"copy_gb_per_s={bandwidth / 1e9:.2f}")
     print(f"sampling_tokens_per_wall_second={tokens / statistics.median(wall_seconds):.1f}")
@@ -129,6 +123,7 @@ def main() -> None:
     print(f"ceiling_with_prefill={PrefillCount.ceiling(tokens, prompt.tokens):.3f}")
     print(f"decode_matmul_ms_per_step={step_seconds * 1e3:.1f}")
     print(f"attainable_over_bound={attainable / compute_bound:.3f}")
+    print(f"processed_over_bound={(tokens + prompt.tokens) / statistics.median(cpu_seconds) / compute_bound:.3f}")
     print(f"sampling_over_bound={sampled / compute_bound:.3f}")
 
 

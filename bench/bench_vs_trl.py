@@ -1,15 +1,17 @@
 """The same single-agent GRPO work through TRL's `GRPOTrainer` and through pettingllms, in one process.
 
-    python bench/bench_vs_trl.py [--quick] [--steps N]
+    python bench/bench_vs_trl.py [--quick] [--steps N] [--dtype auto|float32|bfloat16]
 
-Both sides: SmolLM2-135M-Instruct (fp32, CPU) from the pettingllms cache, LoRA r=8 / alpha=16
+Both sides: SmolLM2-135M-Instruct from the pettingllms cache, its base in one dtype (`--dtype`, default `auto`:
+bf16 on a GPU or a CPU with AMX/AVX512-BF16, else fp32; LoRA weights fp32 on both sides), LoRA r=8 / alpha=16
 on all linear layers, the same chat prompts (math word problems with one worked example per
 operation, ~190 tokens), K=8 completions of one prompt per step, at most 32 new tokens,
 temperature 1 (top-k 0, top-p 1), PPO-clip eps 0.2, no KL (TRL beta=0, ours kl_coef=0), token-mean
 loss (TRL `dapo`), AdamW at a constant lr, grad-norm clip 1, one optimizer step per batch and
-the same deterministic reward. TRL's gradient checkpointing and bf16 defaults are turned off
-(ours uses neither). The first step of each side is a warm-up and is not timed; trained
-completion tokens (EOS included) are counted over the timed steps.
+the same deterministic reward. TRL's gradient checkpointing and its bf16 autocast are turned off
+(ours uses neither): its model is loaded in the dtype ours computes in, as ours is. The first step of
+each side is a warm-up and is not timed; trained completion tokens (EOS included) are counted over the
+timed steps.
 
 Last line: `speedup_vs_trl=<pettingllms tokens/s over TRL tokens/s>`.
 """
@@ -26,9 +28,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pettingllms_cli import distributed
 from pettingllms_cli.envs.math_tool import CALLER_SYSTEM, SHOTS, generate_problems
 from pettingllms_cli.models.loader import pull
-from pettingllms_cli.spec import parse_spec
+from pettingllms_cli.models.precision import DTYPES, resolve_precision
+from pettingllms_cli.spec import ModelSpec, parse_spec
 from pettingllms_cli.tools.calculator import calculate, format_number
 
 MODEL = "smollm2-135m-instruct"
@@ -86,7 +90,7 @@ class Timing:
 
 
 # --- pettingllms --------------------------------------------------------------------------------
-def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int]) -> Timing:
+def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int], dtype: str) -> Timing:
     """Team.sample -> reward -> assign_advantages -> update, one prompt x K per step, as train.py does."""
     from pettingllms_cli.algorithms.optim import make_optimizers
     from pettingllms_cli.algorithms.update import update
@@ -99,7 +103,7 @@ def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, chec
             "name": "bench",
             "seed": SEED,
             "env": {"name": "math_tool_v0", "layout": "single"},
-            "models": {"smol": {"source": MODEL, "dtype": "float32", "quantization": "none"}},
+            "models": {"smol": {"source": MODEL, "dtype": dtype, "quantization": "none"}},
             "agents": {AGENT: {"model": "smol", "roles": [ROLE], "lora": {"r": LORA_R, "alpha": LORA_ALPHA, "dropout": 0.0}}},
             "algorithm": {"group_size": K, "clip_eps": CLIP_EPS, "kl_coef": 0.0, "lr": LR, "max_grad_norm": 1.0},
             "train": {"max_new_tokens": MAX_NEW_TOKENS, "temperature": TEMPERATURE},
@@ -137,7 +141,7 @@ def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, chec
 
 
 # --- TRL ----------------------------------------------------------------------------------------
-def bench_trl(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int]) -> Timing:
+def bench_trl(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int], dtype: str) -> Timing:
     """GRPOTrainer on the same prompts: one prompt x K generations per optimizer step."""
     from datasets import Dataset
     from peft import LoraConfig
@@ -197,7 +201,7 @@ def bench_trl(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt
     )
     lora = LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     torch.manual_seed(SEED)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPES[dtype])  # the base in ours' dtype; PEFT keeps LoRA fp32
     tokenizer = AutoTokenizer.from_pretrained(folder)
     dataset = Dataset.from_list([{"prompt": m, "answer": a} for m, a in prompts])
     trainer = GRPOTrainer(
@@ -245,8 +249,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="timed steps per side (default 12, or 2 with --quick)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per side before timing")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
+    parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto", help="both sides' base dtype")
     args = parser.parse_args()
     torch.set_num_threads(args.threads or default_threads())
+    dtype = resolve_precision(ModelSpec(source=MODEL, dtype=args.dtype), distributed.device()).dtype
     steps = args.steps or (2 if args.quick else 12)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -258,13 +264,13 @@ def main() -> None:
     first = list(tokenizer.apply_chat_template(prompts[0][0], add_generation_prompt=True, tokenize=True, return_dict=False))
     first = first if not isinstance(first[0], list) else first[0]
     print(
-        f"model {MODEL} fp32, LoRA r={LORA_R} all-linear, K={K}, max_new_tokens={MAX_NEW_TOKENS}, "
+        f"model {MODEL} dtype={dtype}, LoRA r={LORA_R} all-linear, K={K}, max_new_tokens={MAX_NEW_TOKENS}, "
         f"prompt {len(first)} tokens, {steps} timed steps after {args.warmup} warm-up; torch threads {torch.get_num_threads()} "
         f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
     )
-    ours = bench_pettingllms(prompts, args.warmup, first)
+    ours = bench_pettingllms(prompts, args.warmup, first, dtype)
     print(ours.line(), flush=True)
-    trl = bench_trl(prompts, args.warmup, first)
+    trl = bench_trl(prompts, args.warmup, first, dtype)
     print(trl.line(), flush=True)
     print(f"pettingllms_tokens_per_second={ours.tokens_per_second:.2f}")
     print(f"trl_tokens_per_second={trl.tokens_per_second:.2f}")

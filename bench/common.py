@@ -17,8 +17,8 @@ def perturb_adapters(team, std: float = 0.02, seed: int = 0) -> None:
                     p.normal_(0, std)
 
 
-def quickstart_team(name: str):
-    """The quickstart's caller + verifier on SmolLM2-135M (one LoRA each), with non-zero adapters."""
+def quickstart_team(name: str, dtype: str = "auto"):
+    """The quickstart's caller + verifier on SmolLM2-135M (one LoRA each), with non-zero adapters, the base in `dtype`."""
     from pettingllms_cli.policy.adapters import Team
     from pettingllms_cli.spec import parse_spec
 
@@ -27,7 +27,7 @@ def quickstart_team(name: str):
         {
             "name": name,
             "env": {"name": "math_tool_v0", "layout": "multi", "options": {"ops": "+-*/"}},
-            "models": {"smol": {"source": "smollm2-135m-instruct", "dtype": "float32", "quantization": "none"}},
+            "models": {"smol": {"source": "smollm2-135m-instruct", "dtype": dtype, "quantization": "none"}},
             "agents": {
                 "caller": {"model": "smol", "roles": ["tool_caller"], "lora": lora},
                 "verifier": {"model": "smol", "roles": ["verifier"], "lora": lora},
@@ -39,14 +39,31 @@ def quickstart_team(name: str):
     return team
 
 
-def matmul_flops_per_cpu_second(n: int = 1024, reps: int = 20) -> float:
-    """fp32 FLOP per CPU second of n x n matmuls (CPU time: other jobs on the machine cancel out)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def matmul_flops_per_cpu_second(n: int = 1024, reps: int = 20, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP per CPU second of n x n matmuls in `dtype` (CPU time: other jobs on the machine cancel out)."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
     began = time.process_time()
     for _ in range(reps):
         a @ b
     return 2 * n**3 * reps / (time.process_time() - began)
+
+
+def copy_bytes_per_cpu_second(mb: int = 256, reps: int = 4) -> float:
+    """Bytes moved per CPU second by a large copy (reads and writes counted: 2 x size per copy)."""
+    x = torch.empty(mb * 2**20 // 4).normal_()
+    y = torch.empty_like(x)
+    y.copy_(x)
+    began = time.process_time()
+    for _ in range(reps):
+        y.copy_(x)
+    return 2 * x.numel() * 4 * reps / (time.process_time() - began)
+
+
+def base_dtype(team) -> torch.dtype:
+    """The dtype the team's (first) base computes in."""
+    model = next(iter(team.models.values()))
+    return next(model.get_base_model().parameters()).dtype
 
 
 class PrefillCount:

@@ -1,89 +1,130 @@
-"""A Python sandbox: model-written code runs in a fresh, limited process per call.
+"""A Python sandbox: model-written code runs in a fresh, confined process per call; the kernel enforces it.
 
-What each call gets (and what it cannot do):
-- a separate process (`python -I -B -S`: isolated mode, standard library only, no bytecode files) in its own
-  process group, killed as a group when the wall-clock limit passes;
-- `setrlimit` limits: CPU seconds, address space (512 MB by default, so a 10 GB allocation
-  is a `MemoryError`), file size (also caps stdout/stderr, which go to files), open files,
-  and processes (`RLIMIT_NPROC`; note the kernel does not enforce it for root);
-- a throw-away working directory (also HOME and TMPDIR), deleted after the call; environment
-  variables are not inherited;
-- no network: where the kernel allows it the child is moved into an empty network namespace
-  (`unshare(CLONE_NEWNET)`, with a user namespace if unprivileged), so only a loopback-less
-  stack exists; in every case a prelude installs an audit hook (PEP 578) before the user code
-  runs that refuses sockets, `ctypes`, fork/exec/spawn/subprocess, and file writes, renames
-  and deletions outside the working directory.
+`strict` mode (the default; tools/jail.py runs it, tools/landlock.py holds the Landlock calls):
+- **files**: the program runs in its own mount namespace whose root holds only read-only bind mounts of the
+  Python install, the system libraries, /etc/ld.so.cache and /dev/null, /dev/zero, /dev/urandom, plus a tmpfs
+  at the work folder's path (the only writable place, `disk_mb` large, gone with the namespace). Landlock then
+  limits the process itself: write only in the work folder, read only those paths, execute only the interpreter
+  and its loader. Nothing else of the machine exists for it: not /etc/passwd, ~/.ssh, /proc, /dev/shm or any
+  unix socket; `os.*at` calls, `ctypes`, sqlite3, `mknod` and C extensions meet the same kernel checks.
+- **network**: an empty network namespace (no interface is up) and, with Landlock ABI 4+, no TCP bind/connect.
+- **processes**: a new PID namespace whose init reaps the program; when the program ends (or the time is up)
+  init exits and the kernel kills every process left in it, `setsid` daemons and double forks included, before
+  the call returns. The parent is outside the namespace: `getppid()` is 0, pids of the caller cannot be named,
+  and Landlock ABI 6+ refuses signals to processes outside the domain.
+- **limits**: rlimits on CPU seconds, address space (512 MB: a 10 GB allocation is a `MemoryError`), file size
+  (also stdout/stderr, which go to files), open files, processes (`RLIMIT_NPROC` 1: as root the program runs as
+  uid 65534 so the kernel counts it), the wall clock, and the bytes the work folder may hold (the tmpfs size).
 
-Honest limits: the audit hook is a guard against accidents and naive escapes by model
-output, not a security boundary against a determined attacker with native code; the network
-namespace and rlimits are kernel-enforced. Run untrusted code from people in a container.
+Where the kernel lacks Landlock or namespaces, `require("strict")` (called by the CLI before any model loads) is
+a one-line error naming what is missing and the opt-in `tools.sandbox: best_effort`; with it the sandbox says
+once what it lacks and runs what it can: namespaces without Landlock, or, without namespaces, the weaker mode of
+earlier versions (rlimits, its own session killed as a group, a best-effort network namespace, a byte count of
+the folder checked after the call, and a PEP 578 audit hook refusing known doors: sockets, `ctypes`, forks,
+writes outside the folder). That hook is a list of known doors, not a boundary. docs/sandbox.md has the details.
 """
 
 from __future__ import annotations
 
-import ctypes
+import functools
+import marshal
 import os
-import resource
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.tools import jail, landlock, weak_sandbox
 
 MEMORY_MB = 512
 TIMEOUT_S = 5.0
 MAX_OUTPUT = 8000  # characters of stdout/stderr kept
 FILE_LIMIT = 1 << 20  # bytes any file (stdout included) may grow to
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+DISK_MB = 64  # bytes the work folder may hold, all files together
+STOP_GRACE_S = 5.0  # after the time is up: how long the launcher may take to empty the namespace
+SandboxMode = Literal["strict", "best_effort"]
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds pettingllms_cli, for the launcher
+BOOT = (
+    "import marshal, sys; sys.path.insert(0, {root!r}); from pettingllms_cli.tools.jail import launch; "
+    "launch(marshal.loads(bytes.fromhex(sys.argv[1])))"
+)
+# The program's own prelude in the confined modes: read main.py and run it as __main__ (the kernel is the guard).
+RUN_MAIN = (
+    'with open("main.py", encoding="utf-8") as f:\n    _c = compile(f.read(), "main.py", "exec")\n'
+    'exec(_c, {"__name__": "__main__"})\n'
+)
 
-try:
-    _LIBC = ctypes.CDLL(None, use_errno=True)
-except OSError:  # no libc handle on this platform: the audit hook still blocks sockets
-    _LIBC = None
 
-# Runs before the user's code, in the child; its working directory is the only writable folder.
-PRELUDE = r"""
-def _install():
-    import os, sys
-    root = os.path.realpath(os.getcwd())
-    deny = frozenset({
-        "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.spawn", "os.system", "os.kill", "os.killpg",
-        "subprocess.Popen", "pty.spawn", "socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
-        "socket.sendto", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "sys.addaudithook", "os.chdir",
-        "os.setuid", "os.chroot", "resource.setrlimit"})
-    path_events = frozenset({"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.link",
-                             "os.symlink", "os.truncate", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile"})
-    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-    realpath, fsdecode, sep, devnull = os.path.realpath, os.fsdecode, os.sep, os.devnull
+@dataclass(frozen=True)
+class Support:
+    """What this kernel offers the sandbox: Landlock's ABI version (0: none) and why namespaces fail (None: they work)."""
 
-    def inside(p):
-        if isinstance(p, int):
-            return True
-        p = realpath(fsdecode(p))
-        return p == root or p.startswith(root + sep) or p == devnull
+    landlock_abi: int
+    namespaces_error: str | None = None
 
-    def hook(event, args):
-        if event in deny or (event == "import" and args[0] in ("ctypes", "_ctypes")):
-            raise PermissionError(f"sandbox: {event} {args[0] if event == 'import' else ''}is not allowed")
-        if event == "open" and args[0] is not None:
-            mode, flags = args[1] or "", args[2] or 0
-            writes = any(c in mode for c in "wax+") or bool(flags & write_flags)
-            if writes and not inside(args[0]):
-                raise PermissionError(f"sandbox: writing outside the working folder is not allowed: {args[0]}")
-        elif event in path_events and not all(inside(a) for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))):
-            raise PermissionError(f"sandbox: {event} outside the working folder is not allowed")
+    def missing(self) -> list[str]:
+        """The features strict mode needs and this kernel lacks, named for people.
 
-    with open("main.py", encoding="utf-8") as f:
-        code = compile(f.read(), "main.py", "exec")
-    sys.addaudithook(hook)  # hooks cannot be removed; state lives in this closure, not in globals
-    return code
+        >>> Support(0, "unshare: Operation not permitted").missing()
+        ['Landlock (Linux 5.13+)', 'namespaces (unshare: Operation not permitted)']
+        """
+        gaps = [] if self.landlock_abi > 0 else ["Landlock (Linux 5.13+)"]
+        return gaps + ([f"namespaces ({self.namespaces_error})"] if self.namespaces_error else [])
 
-_code = _install()
-del _install
-exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
-"""
+
+@functools.cache
+def probe() -> Support:
+    """Ask the kernel once per process: the Landlock ABI, and whether the launcher can build its namespaces."""
+    abi = landlock.abi()
+    workdir, logs = Path(tempfile.mkdtemp(prefix="pettingllms_sbx_")), Path(tempfile.mkdtemp(prefix="pettingllms_sbx_out_"))
+    try:
+        (workdir / "main.py").write_text("print('ok')\n")
+        result = _run_jailed(workdir, logs, b"", 10.0, MEMORY_MB, 200, DISK_MB << 20, abi > 0)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(logs, ignore_errors=True)
+    if result.ok and result.stdout.strip() == "ok":
+        return Support(abi)
+    lines = result.stderr.strip().splitlines() or [result.error or "the launcher failed"]
+    return Support(abi, lines[-1].removeprefix("sandbox setup: ")[:200])
+
+
+_mode: SandboxMode = "strict"  # the process's choice, made once at start by `require`
+_warned: set[str] = set()
+
+
+def require(mode: SandboxMode, probe: Callable[[], Support] | None = None, warn: Callable[[str], None] = print) -> Support:
+    """Choose the mode before any model loads: strict on a kernel that lacks a feature is a UserError naming it and
+    the opt-in; best_effort says once, in one line, what is missing and that it runs the weaker mode."""
+    global _mode
+    support = (probe or globals()["probe"])()
+    missing = support.missing()
+    if missing and mode == "strict":
+        raise UserError(_refusal(missing))
+    _mode = mode
+    if missing and (line := _weaker_line(support)) not in _warned:
+        _warned.add(line)
+        warn(line)
+    return support
+
+
+def _refusal(missing: list[str]) -> str:
+    return (
+        f"sandbox: this kernel lacks {' and '.join(missing)}, so model code cannot run confined; "
+        "set `tools: {sandbox: best_effort}` in the spec to run it in a weaker sandbox (docs/sandbox.md)"
+    )
+
+
+def _weaker_line(support: Support) -> str:
+    weaker = "namespaces without Landlock" if support.namespaces_error is None else "rlimits and an audit hook, no namespaces"
+    lacks = " and ".join(support.missing())
+    return f"sandbox: best_effort: this kernel lacks {lacks}; model code runs with {weaker} (docs/sandbox.md)"
 
 
 @dataclass
@@ -91,7 +132,7 @@ class SandboxResult:
     ok: bool
     stdout: str
     stderr: str
-    error: str | None = None  # None | "timeout" | "memory" | "killed" | "exception"
+    error: str | None = None  # None | "timeout" | "memory" | "killed" | "exception" | "sandbox" | "disk"
     returncode: int | None = None
     truncated: bool = False
 
@@ -101,33 +142,6 @@ class SandboxResult:
             return self.stdout.strip()[:limit] or "(no output)"
         last = self.stderr.strip().splitlines()[-1:] or [self.error or "error"]
         return f"{self.error}: {last[0][:limit]}"
-
-
-def _limits(cpu_s: int, memory_mb: int) -> None:
-    """In the child before exec: own session, no network, resource caps."""
-    _leave_network()
-    caps = {
-        resource.RLIMIT_CPU: (cpu_s, cpu_s + 1),
-        resource.RLIMIT_AS: (memory_mb << 20, memory_mb << 20),
-        resource.RLIMIT_FSIZE: (FILE_LIMIT, FILE_LIMIT),
-        resource.RLIMIT_NOFILE: (64, 64),
-        resource.RLIMIT_NPROC: (1, 1),  # the child exists already; any fork from it fails
-        resource.RLIMIT_CORE: (0, 0),
-    }
-    for which, value in caps.items():
-        try:
-            resource.setrlimit(which, value)
-        except (ValueError, OSError):
-            pass  # a limit the platform refuses; the others still apply
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails with EFBIG instead of a kill
-
-
-def _leave_network() -> None:
-    """Move into an empty network namespace if the kernel lets us (best effort, silent)."""
-    if _LIBC is None or not sys.platform.startswith("linux"):
-        return
-    if _LIBC.unshare(CLONE_NEWNET) != 0:
-        _LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNET)
 
 
 def _read(path: Path, limit: int) -> tuple[str, bool]:
@@ -147,6 +161,8 @@ def _classify(returncode: int, stderr: str, timed_out: bool) -> str | None:
     >>> _classify(-9, "", True)
     'timeout'
     """
+    if returncode == jail.SETUP_FAILED and "sandbox setup:" in stderr:
+        return "sandbox"  # the confinement failed, the program never ran
     if timed_out or returncode == -signal.SIGXCPU:
         return "timeout"
     if "MemoryError" in stderr:
@@ -162,29 +178,32 @@ def run_python(
     timeout: float = TIMEOUT_S,
     memory_mb: int = MEMORY_MB,
     max_output: int = MAX_OUTPUT,
-    *,
-    pass_fds: tuple[int, ...] = (),
+    disk_mb: int = DISK_MB,
 ) -> SandboxResult:
-    """Run `code` in a fresh limited process; nothing it does outlives the call.
+    """Run `code` in a fresh confined process; nothing it does outlives the call or shows outside its folder.
 
     >>> run_python("print(6 * 7)").stdout
     '42\\n'
     """
+    support = probe()
+    if support.missing() and _mode == "strict":
+        raise UserError(_refusal(support.missing()))
     workdir = Path(tempfile.mkdtemp(prefix="pettingllms_sbx_"))
     logs = Path(tempfile.mkdtemp(prefix="pettingllms_sbx_out_"))  # outside workdir: the code cannot touch them
     try:
         # A lone surrogate (text no tokenizer decodes to, but a caller may pass) cannot be UTF-8: write it as `?`.
         (workdir / "main.py").write_text(code, encoding="utf-8", errors="replace")
-        return _run(workdir, logs, stdin.encode("utf-8", errors="replace"), timeout, memory_mb, max_output, pass_fds)
+        data = stdin.encode("utf-8", errors="replace")
+        if support.namespaces_error is None:
+            return _run_jailed(workdir, logs, data, timeout, memory_mb, max_output, disk_mb << 20, support.landlock_abi > 0)
+        return _run_weak(workdir, logs, data, timeout, memory_mb, max_output, disk_mb << 20)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
 
 
-def _run(
-    workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int, max_output: int, pass_fds: tuple[int, ...] = ()
-) -> SandboxResult:
-    env = {
+def _environment(workdir: Path) -> dict[str, str]:
+    return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(workdir),
         "TMPDIR": str(workdir),
@@ -193,26 +212,71 @@ def _run(
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
     }
+
+
+def _run_jailed(
+    workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int, max_output: int, disk_bytes: int, use_landlock: bool
+) -> SandboxResult:
+    """Through the launcher (tools/jail.py): namespaces, a new root, Landlock when the kernel has it."""
+    binds, executables = jail.interpreter_paths(sys.executable, sys.base_prefix)
+    config = {
+        "workdir": str(workdir.resolve()),
+        "binds": binds,
+        "executables": executables,
+        "cpu_s": max(1, int(timeout + 0.999)),
+        "memory_mb": memory_mb,
+        "file_limit": FILE_LIMIT,
+        "disk_bytes": disk_bytes,
+        "landlock": use_landlock,
+        "argv": [executables[0], "-I", "-B", "-S", "-c", RUN_MAIN],
+        "env": _environment(workdir.resolve()),
+    }
+    launcher = [sys.executable, "-I", "-S", "-B", "-c", BOOT.format(root=PACKAGE_ROOT), marshal.dumps(config).hex()]
+    return _supervise(launcher, workdir, logs, stdin, timeout, max_output, stop=_stop_jailed)
+
+
+def _run_weak(
+    workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int, max_output: int, disk_bytes: int
+) -> SandboxResult:
+    """The weaker mode (tools/weak_sandbox.py), then the folder's size checked against the byte cap."""
     cpu_s = max(1, int(timeout + 0.999))
+    result = _supervise(
+        [sys.executable, "-I", "-B", "-S", "-c", weak_sandbox.PRELUDE],
+        workdir,
+        logs,
+        stdin,
+        timeout,
+        max_output,
+        stop=_kill_group,
+        preexec_fn=lambda: weak_sandbox.limits(cpu_s, memory_mb, FILE_LIMIT),
+        env=_environment(workdir),
+    )
+    if folder_bytes(workdir) > disk_bytes:
+        result.ok, result.error = False, "disk"
+        result.stderr += f"\nsandbox: the work folder grew past {disk_bytes >> 20} MB\n"
+    return result
+
+
+def _supervise(
+    argv: list[str],
+    workdir: Path,
+    logs: Path,
+    stdin: bytes,
+    timeout: float,
+    max_output: int,
+    stop: Callable[[subprocess.Popen], None],
+    **popen: object,
+) -> SandboxResult:
+    """Start `argv`, feed stdin, stop it when the time is up, and read what it printed."""
     with open(logs / "out", "wb") as out, open(logs / "err", "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", "-S", "-c", PRELUDE],
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-            pass_fds=pass_fds,
-            preexec_fn=lambda: _limits(cpu_s, memory_mb),
-        )
+        proc = subprocess.Popen(argv, cwd=workdir, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True, **popen)
         timed_out = False
         try:
             proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_group(proc.pid)
+            stop(proc)
             proc.wait()
     stdout, cut_out = _read(logs / "out", max_output)
     stderr, cut_err = _read(logs / "err", max_output)
@@ -220,8 +284,31 @@ def _run(
     return SandboxResult(error is None, stdout, stderr, error, proc.returncode, cut_out or cut_err)
 
 
-def _kill_group(pid: int) -> None:
+def _stop_jailed(proc: subprocess.Popen) -> None:
+    """Ask the launcher to end the namespace (it returns once every process in it is gone); kill it if it hangs."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # already gone
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of every file under `folder` (links not followed)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass  # removed while counting
+    return total

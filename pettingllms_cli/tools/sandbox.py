@@ -179,8 +179,12 @@ def run_python(
     memory_mb: int = MEMORY_MB,
     max_output: int = MAX_OUTPUT,
     disk_mb: int = DISK_MB,
+    *,
+    pass_fds: tuple[int, ...] = (),
 ) -> SandboxResult:
     """Run `code` in a fresh confined process; nothing it does outlives the call or shows outside its folder.
+
+    `pass_fds`: descriptors the program keeps open at the same numbers (the pipes of tools/proxy.py, issue 34).
 
     >>> run_python("print(6 * 7)").stdout
     '42\\n'
@@ -195,8 +199,9 @@ def run_python(
         (workdir / "main.py").write_text(code, encoding="utf-8", errors="replace")
         data = stdin.encode("utf-8", errors="replace")
         if support.namespaces_error is None:
-            return _run_jailed(workdir, logs, data, timeout, memory_mb, max_output, disk_mb << 20, support.landlock_abi > 0)
-        return _run_weak(workdir, logs, data, timeout, memory_mb, max_output, disk_mb << 20)
+            jailed = (workdir, logs, data, timeout, memory_mb, max_output, disk_mb << 20, support.landlock_abi > 0)
+            return _run_jailed(*jailed, pass_fds=pass_fds)
+        return _run_weak(workdir, logs, data, timeout, memory_mb, max_output, disk_mb << 20, pass_fds=pass_fds)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
@@ -215,7 +220,15 @@ def _environment(workdir: Path) -> dict[str, str]:
 
 
 def _run_jailed(
-    workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int, max_output: int, disk_bytes: int, use_landlock: bool
+    workdir: Path,
+    logs: Path,
+    stdin: bytes,
+    timeout: float,
+    memory_mb: int,
+    max_output: int,
+    disk_bytes: int,
+    use_landlock: bool,
+    pass_fds: tuple[int, ...] = (),
 ) -> SandboxResult:
     """Through the launcher (tools/jail.py): namespaces, a new root, Landlock when the kernel has it."""
     binds, executables = jail.interpreter_paths(sys.executable, sys.base_prefix)
@@ -232,11 +245,18 @@ def _run_jailed(
         "env": _environment(workdir.resolve()),
     }
     launcher = [sys.executable, "-I", "-S", "-B", "-c", BOOT.format(root=PACKAGE_ROOT), marshal.dumps(config).hex()]
-    return _supervise(launcher, workdir, logs, stdin, timeout, max_output, stop=_stop_jailed)
+    return _supervise(launcher, workdir, logs, stdin, timeout, max_output, stop=_stop_jailed, pass_fds=pass_fds)
 
 
 def _run_weak(
-    workdir: Path, logs: Path, stdin: bytes, timeout: float, memory_mb: int, max_output: int, disk_bytes: int
+    workdir: Path,
+    logs: Path,
+    stdin: bytes,
+    timeout: float,
+    memory_mb: int,
+    max_output: int,
+    disk_bytes: int,
+    pass_fds: tuple[int, ...] = (),
 ) -> SandboxResult:
     """The weaker mode (tools/weak_sandbox.py), then the folder's size checked against the byte cap."""
     cpu_s = max(1, int(timeout + 0.999))
@@ -250,6 +270,7 @@ def _run_weak(
         stop=_kill_group,
         preexec_fn=lambda: weak_sandbox.limits(cpu_s, memory_mb, FILE_LIMIT),
         env=_environment(workdir),
+        pass_fds=pass_fds,
     )
     if folder_bytes(workdir) > disk_bytes:
         result.ok, result.error = False, "disk"

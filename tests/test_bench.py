@@ -61,6 +61,14 @@ def test_bench_sampling_bound_prints_ratio():
     assert figures["attainable_over_bound"] > 0 and figures["decode_matmul_ms_per_step"] > 0
 
 
+@pytest.mark.slow
+def test_bench_dtype_prints_ratios_last_the_step():
+    figures = run_bench("bench_dtype.py")
+    for key in ("bf16_over_fp32_sampling", "bf16_over_fp32_update", "decode_ms_16_rows", "decode_over_bandwidth_bound"):
+        assert math.isfinite(figures[key]) and figures[key] > 0, key
+    assert list(figures)[-1] == "bf16_over_fp32_step" and figures["bf16_over_fp32_step"] > 0
+
+
 def test_prefill_count_is_the_shared_prefix_once_per_adapter_plus_each_prompts_own_tokens(smoke_spec, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     from common import PrefillCount

@@ -172,7 +172,7 @@ def set_limits(config: dict) -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails with EFBIG instead of a kill
 
 
-def drop_privileges(owner: int | None) -> None:
+def drop_privileges(owner: int | None, processes: int) -> None:
     """No capability survives the exec: empty bounding set, then (root launcher) uid and gid 65534."""
     for cap in range(64):
         _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails harmlessly past the last capability
@@ -180,13 +180,13 @@ def drop_privileges(owner: int | None) -> None:
         os.setgroups([])
         os.setresgid(owner, owner, owner)
         os.setresuid(owner, owner, owner)
-    resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))  # the program exists already: any fork from it fails
+    resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))  # 1: it exists already, any fork fails
 
 
 def run_program(config: dict, owner: int | None) -> None:
     """In the program's process: limits, privileges, Landlock, exec. Never returns."""
     set_limits(config)
-    drop_privileges(owner)
+    drop_privileges(owner, config["processes"])
     if config["landlock"]:
         landlock.restrict(read=config["binds"], read_exec=config["executables"], write=[config["workdir"], os.devnull])
     os.execve(config["argv"][0], config["argv"], config["env"])
@@ -220,7 +220,7 @@ def launch(config: dict) -> None:
     workdir = config["workdir"]
     with open(os.path.join(workdir, "main.py"), "rb") as f:
         code = f.read()
-    as_root = os.geteuid() == 0
+    as_root = os.geteuid() == 0 and not config["user_namespace"]
     try:
         user_ns = enter_namespaces(as_root)
         owner = NOBODY if as_root and not user_ns else None

@@ -47,6 +47,7 @@ TIMEOUT_S = 5.0
 MAX_OUTPUT = 8000  # characters of stdout/stderr kept
 FILE_LIMIT = 1 << 20  # bytes any file (stdout included) may grow to
 DISK_MB = 64  # bytes the work folder may hold, all files together
+USER_NAMESPACE = False  # True: a root caller takes the unprivileged path too (user namespace; the tests run both)
 STOP_GRACE_S = 5.0  # after the time is up: how long the launcher may take to empty the namespace
 SandboxMode = Literal["strict", "best_effort"]
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds pettingllms_cli, for the launcher
@@ -59,6 +60,21 @@ RUN_MAIN = (
     'with open("main.py", encoding="utf-8") as f:\n    _c = compile(f.read(), "main.py", "exec")\n'
     'exec(_c, {"__name__": "__main__"})\n'
 )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one call may use: wall-clock seconds, memory, characters of output kept, bytes in its folder, processes."""
+
+    timeout: float
+    memory_mb: int
+    max_output: int
+    disk_bytes: int
+    processes: int
+
+    @property
+    def cpu_s(self) -> int:
+        return max(1, int(self.timeout + 0.999))
 
 
 @dataclass(frozen=True)
@@ -85,7 +101,7 @@ def probe() -> Support:
     workdir, logs = Path(tempfile.mkdtemp(prefix="pettingllms_sbx_")), Path(tempfile.mkdtemp(prefix="pettingllms_sbx_out_"))
     try:
         (workdir / "main.py").write_text("print('ok')\n")
-        result = _run_jailed(workdir, logs, b"", 10.0, MEMORY_MB, 200, DISK_MB << 20, abi > 0)
+        result = _run_jailed(workdir, logs, b"", Limits(10.0, MEMORY_MB, 200, DISK_MB << 20, 1), abi > 0)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
@@ -181,8 +197,12 @@ def run_python(
     disk_mb: int = DISK_MB,
     *,
     pass_fds: tuple[int, ...] = (),
+    processes: int = 1,
 ) -> SandboxResult:
     """Run `code` in a fresh confined process; nothing it does outlives the call or shows outside its folder.
+
+    `disk_mb` caps the bytes its folder may hold, all files together; `processes` is RLIMIT_NPROC (1: it cannot
+    fork; the kernel does not count root, which is why a root caller's program runs as uid 65534).
 
     `pass_fds`: descriptors the program keeps open at the same numbers (the pipes of tools/proxy.py, issue 34).
 
@@ -198,10 +218,10 @@ def run_python(
         # A lone surrogate (text no tokenizer decodes to, but a caller may pass) cannot be UTF-8: write it as `?`.
         (workdir / "main.py").write_text(code, encoding="utf-8", errors="replace")
         data = stdin.encode("utf-8", errors="replace")
+        limits = Limits(timeout, memory_mb, max_output, disk_mb << 20, processes)
         if support.namespaces_error is None:
-            jailed = (workdir, logs, data, timeout, memory_mb, max_output, disk_mb << 20, support.landlock_abi > 0)
-            return _run_jailed(*jailed, pass_fds=pass_fds)
-        return _run_weak(workdir, logs, data, timeout, memory_mb, max_output, disk_mb << 20, pass_fds=pass_fds)
+            return _run_jailed(workdir, logs, data, limits, support.landlock_abi > 0, pass_fds=pass_fds)
+        return _run_weak(workdir, logs, data, limits, pass_fds=pass_fds)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(logs, ignore_errors=True)
@@ -223,10 +243,7 @@ def _run_jailed(
     workdir: Path,
     logs: Path,
     stdin: bytes,
-    timeout: float,
-    memory_mb: int,
-    max_output: int,
-    disk_bytes: int,
+    limits: Limits,
     use_landlock: bool,
     pass_fds: tuple[int, ...] = (),
 ) -> SandboxResult:
@@ -236,45 +253,42 @@ def _run_jailed(
         "workdir": str(workdir.resolve()),
         "binds": binds,
         "executables": executables,
-        "cpu_s": max(1, int(timeout + 0.999)),
-        "memory_mb": memory_mb,
+        "cpu_s": limits.cpu_s,
+        "memory_mb": limits.memory_mb,
         "file_limit": FILE_LIMIT,
-        "disk_bytes": disk_bytes,
+        "disk_bytes": limits.disk_bytes,
+        "processes": limits.processes,
+        "user_namespace": USER_NAMESPACE,
         "landlock": use_landlock,
         "argv": [executables[0], "-I", "-B", "-S", "-c", RUN_MAIN],
         "env": _environment(workdir.resolve()),
     }
     launcher = [sys.executable, "-I", "-S", "-B", "-c", BOOT.format(root=PACKAGE_ROOT), marshal.dumps(config).hex()]
-    return _supervise(launcher, workdir, logs, stdin, timeout, max_output, stop=_stop_jailed, pass_fds=pass_fds)
+    return _supervise(launcher, workdir, logs, stdin, limits, stop=_stop_jailed, pass_fds=pass_fds)
 
 
 def _run_weak(
     workdir: Path,
     logs: Path,
     stdin: bytes,
-    timeout: float,
-    memory_mb: int,
-    max_output: int,
-    disk_bytes: int,
+    limits: Limits,
     pass_fds: tuple[int, ...] = (),
 ) -> SandboxResult:
     """The weaker mode (tools/weak_sandbox.py), then the folder's size checked against the byte cap."""
-    cpu_s = max(1, int(timeout + 0.999))
     result = _supervise(
         [sys.executable, "-I", "-B", "-S", "-c", weak_sandbox.PRELUDE],
         workdir,
         logs,
         stdin,
-        timeout,
-        max_output,
+        limits,
         stop=_kill_group,
-        preexec_fn=lambda: weak_sandbox.limits(cpu_s, memory_mb, FILE_LIMIT),
+        preexec_fn=lambda: weak_sandbox.limits(limits.cpu_s, limits.memory_mb, FILE_LIMIT, limits.processes),
         env=_environment(workdir),
         pass_fds=pass_fds,
     )
-    if folder_bytes(workdir) > disk_bytes:
+    if folder_bytes(workdir) > limits.disk_bytes:
         result.ok, result.error = False, "disk"
-        result.stderr += f"\nsandbox: the work folder grew past {disk_bytes >> 20} MB\n"
+        result.stderr += f"\nsandbox: the work folder grew past {limits.disk_bytes >> 20} MB\n"
     return result
 
 
@@ -283,8 +297,7 @@ def _supervise(
     workdir: Path,
     logs: Path,
     stdin: bytes,
-    timeout: float,
-    max_output: int,
+    limits: Limits,
     stop: Callable[[subprocess.Popen], None],
     **popen: object,
 ) -> SandboxResult:
@@ -293,14 +306,14 @@ def _supervise(
         proc = subprocess.Popen(argv, cwd=workdir, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True, **popen)
         timed_out = False
         try:
-            proc.communicate(stdin, timeout=timeout)
+            proc.communicate(stdin, timeout=limits.timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
             stop(proc)
             proc.wait()
-    stdout, cut_out = _read(logs / "out", max_output)
-    stderr, cut_err = _read(logs / "err", max_output)
+    stdout, cut_out = _read(logs / "out", limits.max_output)
+    stderr, cut_err = _read(logs / "err", limits.max_output)
     error = _classify(proc.returncode, stderr, timed_out)
     return SandboxResult(error is None, stdout, stderr, error, proc.returncode, cut_out or cut_err)
 

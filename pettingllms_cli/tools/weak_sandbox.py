@@ -64,7 +64,7 @@ exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
 """
 
 
-def limits(cpu_s: int, memory_mb: int, file_limit: int) -> None:
+def limits(cpu_s: int, memory_mb: int, file_limit: int, processes: int = 1) -> None:
     """In the child before exec: own session, no network, resource caps."""
     _leave_network()
     caps = {
@@ -72,7 +72,7 @@ def limits(cpu_s: int, memory_mb: int, file_limit: int) -> None:
         resource.RLIMIT_AS: (memory_mb << 20, memory_mb << 20),
         resource.RLIMIT_FSIZE: (file_limit, file_limit),
         resource.RLIMIT_NOFILE: (64, 64),
-        resource.RLIMIT_NPROC: (1, 1),  # the child exists already; any fork from it fails
+        resource.RLIMIT_NPROC: (processes, processes),  # 1: the child exists already; any fork from it fails
         resource.RLIMIT_CORE: (0, 0),
     }
     for which, value in caps.items():

@@ -56,12 +56,17 @@ def test_writes_three_files_with_one_row_per_spec(compared):
         assert row["seeds"] == 2
         lo, hi = row["final_success_ci"]
         assert 0.0 <= lo <= row["final_success"] <= hi <= 1.0
-        assert row["sampled_tokens"] > 0 and row["wall_seconds"] > 0 and row["trained_tokens"] > 0
+        assert row["tokens_total"] > 0 and row["wall_seconds"] > 0 and row["trained_tokens"] > 0
         assert row["optimizer_steps"] > 0 and row["sampled_actions"] > 0
+        assert row["actions_total"] == row["sampled_actions"] + row["playout_actions"] + row["intent_actions"]
+        assert 0 <= row["effective_optimizer_steps"] <= row["optimizer_steps"]
+        assert row["wall_seconds"] == pytest.approx(row["wall_seconds_training"] + row["wall_seconds_measurement"], abs=1e-2)
+        assert row["wall_seconds_measurement"] > 0  # the held-out curve (eval_every 1) is timed apart from training
+        assert row["converged_seeds"] + row["not_converged_seeds"] == 2
         # max_turns 1: a solved episode took one attempt; with nothing solved there is no attempts figure.
         assert row["mean_attempts"] == (pytest.approx(1.0) if row["final_success"] > 0 else None)
     assert [r["pair"] for r in result["ratios"]] == ["smoke/solo"]
-    assert {"improvement_factor_ci", "attempts_factor_ci", "convergence_factor_ci"} <= set(result["ratios"][0])
+    assert {"improvement_factor_ci", "attempts_factor_ci", "convergence_factor_ci", "success_gain_ci"} <= set(result["ratios"][0])
     runs = result["runs"]
     assert {name: [r["seed"] for r in rs] for name, rs in runs.items()} == {"solo": [0, 1], "smoke": [0, 1]}
     assert all(r["status"] == "trained" and r["steps"] == 2 for rs in runs.values() for r in rs)
@@ -136,8 +141,9 @@ def test_console_table_fits_80_columns_with_whole_spec_names():
         "final_success": 0.875,
         "final_success_ci": [0.6, 1.0],
         "mean_attempts": 1.25,
-        "convergence_step": 4.0,
-        "sampled_actions": 12345.0,
+        "converged_seeds": 2,
+        "seeds": 3,
+        "actions_total": 12345.0,
     }
     result = {
         "rows": [row, {**row, "spec": "quickstart"}],

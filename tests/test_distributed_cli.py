@@ -179,7 +179,7 @@ def test_compare_on_two_ranks_matches_one(tmp_path, monkeypatch):
 
     assert table(two) == table(one)
     rows = table(two)["rows"]
-    assert [r["spec"] for r in rows] == ["solo", "smoke"] and all(r["sampled_tokens"] > 0 for r in rows)
+    assert [r["spec"] for r in rows] == ["solo", "smoke"] and all(r["tokens_total"] > 0 for r in rows)
     for name in ("solo", "smoke"):
         for seed in (0, 1):
             first, second = adapters(one / name / f"seed{seed}", 2), adapters(two / name / f"seed{seed}", 2)

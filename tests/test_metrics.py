@@ -15,9 +15,10 @@ import torch
 from pettingllms_cli.algorithms.update import AgentStats
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
+from pettingllms_cli.rollout.records import Rollout
 from pettingllms_cli.rollout.tree import on_policy_episodes, tree_rollout
 from pettingllms_cli.spec import parse_spec
-from pettingllms_cli.training.metrics import step_metrics
+from pettingllms_cli.training.metrics import compute_metrics, step_metrics
 
 PROBLEM = Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"})
 WRONG, RIGHT, BROKEN = '1+1"}}</tool_call>', '12+7"}}</tool_call>', "oops"
@@ -109,3 +110,49 @@ def test_eval_every_must_fit_the_run(smoke_tree):
     tree = copy.deepcopy(smoke_tree)
     tree["train"]["eval_every"] = 2
     assert parse_spec(tree).train.eval_every == 2
+
+
+def test_a_step_whose_only_group_tied_trains_nothing_and_says_so(smoke_tree):
+    """Equal rewards and kl_coef 0: no gradient, the adapter keeps its weights, and the step is not counted as training.
+
+    Before, `trained_tokens` counted the tied group's tokens and `optimizer_steps` the adapter as a step done.
+    """
+    from pettingllms_cli.algorithms.grpo import group_advantages
+    from pettingllms_cli.algorithms.optim import make_optimizers
+    from pettingllms_cli.algorithms.update import update
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.rollout.records import Rollout, Sample
+    from pettingllms_cli.training.metrics import compute_metrics
+
+    tree = copy.deepcopy(smoke_tree)
+    tree["algorithm"] |= {"kl_coef": 0.0, "lr": 0.05, "weight_decay": 0.1}  # weight decay alone would move the weights
+    s = parse_spec(tree)
+    team = Team(s)
+    prompt = team.encode("caller", [{"role": "user", "content": "What is 12+7?"}])
+    group = ("p0", "tool_caller", 0)
+    samples = [
+        Sample("caller", "tool_caller", 0, "p0", group, prompt, torch.tensor(ids), "", 0.5, 0.5, 0.0)
+        for ids in ([11, 12, 13], [21, 22])
+    ]
+    for sample, adv in zip(samples, group_advantages(torch.tensor([0.5, 0.5]), [group, group]).tolist(), strict=True):
+        sample.advantage = adv  # the group tied: 0 and 0
+    before = {a: [p.detach().clone() for p in params] for a, params in team.params.items()}
+    stats = update(team, make_optimizers(team), samples)
+    spent = compute_metrics(s, Rollout(samples=samples), stats)
+    assert spent["trained_tokens"] == 0 and spent["effective_optimizer_steps"] == 0
+    assert spent["optimizer_steps"] == 1  # the caller's adapter had samples: it went through the step, moving nothing
+    for adapter, params in team.params.items():
+        assert all(torch.equal(a, b) for a, b in zip(before[adapter], params, strict=True)), adapter
+    samples[0].advantage, samples[1].advantage = 1.0, -1.0  # the same step with a signal trains 5 tokens and moves it
+    stats = update(team, make_optimizers(team), samples)
+    spent = compute_metrics(s, Rollout(samples=samples), stats)
+    assert spent["trained_tokens"] == 5 and spent["effective_optimizer_steps"] == 1
+    assert not all(torch.equal(a, b) for a, b in zip(before["caller"], team.params["caller"], strict=True))
+
+
+def test_actions_total_counts_play_outs_and_intents(smoke_tree):
+    s = spec(smoke_tree, "single")
+    rollout = Rollout(samples=[], lookahead_actions=6)
+    rollout.intent_actions = 2
+    spent = compute_metrics(s, rollout, {"solver": AgentStats()})
+    assert spent["actions_total"] == 8 and spent["playout_actions"] == 6 and spent["intent_actions"] == 2

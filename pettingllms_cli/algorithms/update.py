@@ -45,7 +45,8 @@ class AgentStats:
     kl: float = 0.0
     entropy: float = 0.0
     clip_frac: float = 0.0
-    tokens: int = 0
+    tokens: int = 0  # completion tokens in the loss's token mean (its denominator)
+    trained_tokens: int = 0  # of those, the tokens whose loss has a gradient (non-zero advantage, or kl_coef > 0)
     grad_norm: float = 0.0
     skipped: bool = False
     logprob_gap: float | None = None  # mean |sampler - trainer| log-prob per token; only with a sampler's log-probs
@@ -120,8 +121,9 @@ def _update_adapter(
     finite = True
     for key, batch in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0].group):
         st = stats[key[0]]
-        if first:
-            st.tokens += sum(len(s.completion) for s in batch)  # tokens trained on, counted once however many passes
+        if first:  # counted once however many passes
+            st.tokens += sum(len(s.completion) for s in batch)
+            st.trained_tokens += sum(len(s.completion) for s in batch if algo.kl_coef > 0 or s.advantage != 0)
         if algo.kl_coef == 0 and all(s.advantage == 0 for s in batch):
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
         theirs = None if sampler_logp is None else sampler_rows(adapter, batch, sampler_logp)  # (log-probs, recorded)
@@ -162,14 +164,15 @@ def _add_gap(st: AgentStats, logp: torch.Tensor, sampler: torch.Tensor, recorded
 
 
 def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:
-    """Sum each agent's token count and loss sums over ranks, so the means cover every rank's samples."""
+    """Sum each agent's token counts and loss sums over ranks, so the means cover every rank's samples."""
     if distributed.world_size() == 1:
         return
     keys = ("loss", "kl", "entropy", "clip")
     agents = sorted(stats)
-    totals = distributed.all_reduce_sum([[stats[a].tokens, *(stats[a]._sums[k] for k in keys)] for a in agents])  # [A, 5]
-    for agent, (tokens, *sums) in zip(agents, totals.tolist(), strict=True):
-        stats[agent].tokens = int(tokens)
+    rows = [[stats[a].tokens, stats[a].trained_tokens, *(stats[a]._sums[k] for k in keys)] for a in agents]
+    totals = distributed.all_reduce_sum(rows)  # [A, 6]
+    for agent, (tokens, trained, *sums) in zip(agents, totals.tolist(), strict=True):
+        stats[agent].tokens, stats[agent].trained_tokens = int(tokens), int(trained)
         stats[agent]._sums.update(zip(keys, sums, strict=True))
 
 

@@ -1,4 +1,4 @@
-"""Small statistics for eval and compare: 95% intervals, smoothing, convergence steps, ratios.
+"""Small statistics for eval and compare: 95% intervals, smoothing, convergence (censored), paired ratios and differences.
 
 Pure functions on plain lists, so the numbers in reports can be checked by hand.
 """
@@ -131,13 +131,16 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def factor_interval(numerators: list[float | None], denominators: list[float | None]) -> dict:
-    """An improvement factor over seeds: the ratio of the means, and a 95% t interval over per-seed ratios.
+    """An improvement factor over paired seeds: the ratio of the means, and its 95% interval from the same estimator.
 
     Seeds are paired by index (seed k of one arm with seed k of the other: same seed, same problems).
-    Pairs with a missing value (e.g. no episode solved, so no attempts figure) are left out; the
-    interval needs two or more per-seed ratios with a nonzero denominator, else it is None.
+    Pairs with a missing value (e.g. no episode solved, so no attempts figure) are left out. The interval
+    linearises the ratio of means (the ratio estimator's standard error): factor +- t * sd(n_k - factor * d_k)
+    / (sqrt(N) * mean d), cut at 0. It is centred on the factor, so the point lies inside it by construction
+    (a t interval over per-seed ratios estimates their mean instead, another number). None with fewer than two
+    pairs or a zero mean denominator.
 
-    >>> f = factor_interval([0.6, 0.8], [0.4, 0.4])  # per seed 1.5 and 2.0: 1.75 +- 12.706 * 0.25
+    >>> f = factor_interval([0.6, 0.8], [0.4, 0.4])  # residuals -0.1, 0.1: sd 0.1414, se 0.25 -> half 12.706 * 0.25
     >>> round(f["factor"], 4), [round(x, 3) for x in f["ci"]], f["seeds"]
     (1.75, [0.0, 4.927], 2)
     >>> factor_interval([0.5], [0.25])
@@ -148,8 +151,92 @@ def factor_interval(numerators: list[float | None], denominators: list[float | N
     pairs = [(n, d) for n, d in zip(numerators, denominators, strict=True) if n is not None and d is not None]
     if not pairs:
         return {"factor": None, "ci": None, "seeds": 0}
-    factor = ratio(sum(n for n, _ in pairs) / len(pairs), sum(d for _, d in pairs) / len(pairs))
-    per_seed = [n / d for n, d in pairs if d]
-    mean, half = mean_interval(per_seed) if len(per_seed) == len(pairs) else (None, None)
-    ci = [max(0.0, mean - half), mean + half] if half is not None else None
-    return {"factor": factor, "ci": ci, "seeds": len(pairs)}
+    mean_n, mean_d = sum(n for n, _ in pairs) / len(pairs), sum(d for _, d in pairs) / len(pairs)
+    factor = ratio(mean_n, mean_d)
+    if factor is None or len(pairs) < 2:
+        return {"factor": factor, "ci": None, "seeds": len(pairs)}
+    _, half = mean_interval([n - factor * d for n, d in pairs])  # residuals have mean 0: only the half-width is used
+    half = (half or 0.0) / abs(mean_d)
+    return {"factor": factor, "ci": [max(0.0, factor - half), factor + half], "seeds": len(pairs)}
+
+
+def paired_difference(a: list[float | None], b: list[float | None], bounds: tuple[float, float] | None = None) -> dict:
+    """B minus A over paired seeds (same seed, same problems): the mean difference, its 95% t interval (cut to
+    `bounds`, e.g. -1 and 1 for success rates), and how many seeds would make that interval exclude 0 at the
+    observed spread (`seeds_to_separate`).
+
+    >>> d = paired_difference([0.5, 0.25, 0.5], [0.75, 0.5, 0.5])  # differences 0.25, 0.25, 0: sd 0.1443
+    >>> round(d["difference"], 4), [round(x, 3) for x in d["ci"]], d["separate"], d["seeds_to_separate"]
+    (0.1667, [-0.192, 0.525], False, 6)
+    >>> paired_difference([0.5], [0.75])["ci"] is None
+    True
+    """
+    diffs = [y - x for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+    mean, half = mean_interval(diffs)
+    if half is None:
+        none = {"ci": None, "separate": None, "seeds_to_separate": None}
+        return {"difference": mean if diffs else None, "seeds": len(diffs), **none}
+    sd = half * math.sqrt(len(diffs)) / t_quantile(len(diffs) - 1)
+    lo, hi = bounds or (-math.inf, math.inf)
+    return {
+        "difference": mean,
+        "ci": [max(lo, mean - half), min(hi, mean + half)],
+        "seeds": len(diffs),
+        "separate": abs(mean) > half,
+        "seeds_to_separate": seeds_needed(mean, sd),
+    }
+
+
+def seeds_needed(mean: float, sd: float, most: int = 1000) -> int | None:
+    """The fewest seeds (2 or more) whose 95% t interval around `mean` excludes 0 at spread `sd`; None past `most`
+    or with no difference.
+
+    >>> seeds_needed(0.1, 0.2), seeds_needed(0.1, 0.0), seeds_needed(0.0, 0.2)
+    (18, 2, None)
+    """
+    if mean == 0:
+        return None
+    for n in range(2, most + 1):
+        if t_quantile(n - 1) * sd / math.sqrt(n) < abs(mean):
+            return n
+    return None
+
+
+def convergence_rates(costs: list[float | None]) -> list[float]:
+    """Per seed, 1 / (steps, actions or tokens to reach the threshold); 0 for a seed that never reached it.
+
+    A never-converged seed is infinitely slow, never "converged at its last step".
+
+    >>> convergence_rates([4, None, 2])
+    [0.25, 0.0, 0.5]
+    """
+    return [0.0 if c is None else 1.0 / max(c, 1e-12) for c in costs]
+
+
+def censored_convergence(costs: list[float | None]) -> dict:
+    """An arm's convergence over seeds, never-converged seeds included: the mean rate (convergence_rates) with its 95%
+    t interval, and the same figures as a cost (1 / rate: the harmonic mean, `None` for never).
+
+    >>> c = censored_convergence([4, None, None])
+    >>> round(c["rate"], 4), c["cost"], c["converged_seeds"], c["not_converged_seeds"]
+    (0.0833, 12.0, 1, 2)
+    >>> c["cost_ci"][0] > 0 and c["cost_ci"][1] is None  # the rate's interval reaches 0: possibly never
+    True
+    >>> censored_convergence([None, None])["cost"] is None
+    True
+    """
+    rates = convergence_rates(costs)
+    rate, half = mean_interval(rates)
+    rate_ci = None if half is None else [max(0.0, rate - half), rate + half]
+    return {
+        "rate": rate,
+        "rate_ci": rate_ci,
+        "cost": 1.0 / rate if rate > 0 else None,
+        "cost_ci": None if rate_ci is None else [1.0 / rate_ci[1] if rate_ci[1] > 0 else None, _inverse(rate_ci[0])],
+        "converged_seeds": sum(c is not None for c in costs),
+        "not_converged_seeds": sum(c is None for c in costs),
+    }
+
+
+def _inverse(x: float) -> float | None:
+    return 1.0 / x if x > 0 else None

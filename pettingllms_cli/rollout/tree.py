@@ -91,6 +91,7 @@ def _declare_intents(
         agents = [agents_of[i][role] for i in active]
         seeds = [row_seed(*seed_keys[i], role, turn, "intent") for i in active]
         acted = _act(team, spec, observations, agents, 1, greedy, rollout, seeds, spec.coordination.intent_tokens)
+        rollout.intent_actions += len(active)
         for i, obs, agent, (prompt, [(text, ids)]) in zip(active, observations, agents, acted, strict=True):
             play, env = plays[i], plays[i].env
             play.declare(role, coordination.extract(text))

@@ -15,6 +15,7 @@ problems' content and the checkpoint, so a second call neither retrains nor re-s
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
@@ -22,7 +23,15 @@ from rich.console import Console
 from pettingllms_cli import distributed
 from pettingllms_cli.analysis.budget import budget_overrides, check_equal_arms, describe_budget, roles_of
 from pettingllms_cli.analysis.render import console_table, ratios_table, verdict, write_outputs
-from pettingllms_cli.analysis.stats import convergence_step, factor_interval, mean_interval, ratio, wilson_interval
+from pettingllms_cli.analysis.stats import (
+    censored_convergence,
+    convergence_rates,
+    convergence_step,
+    factor_interval,
+    mean_interval,
+    paired_difference,
+    wilson_interval,
+)
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import problems_fingerprint
 from pettingllms_cli.errors import UserError
@@ -153,13 +162,16 @@ def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, thre
     """One row of the per-run table, from metrics.jsonl and the held-out scores.
 
     Convergence is the first step at which the held-out curve (`heldout_success_rate`, logged every
-    `train.eval_every` steps) reaches `threshold` over `window` points; None without that curve.
+    `train.eval_every` steps) reaches `threshold` over `window` points, None when it never does (or there
+    is no curve); `convergence_actions` / `convergence_tokens` are the run's totals up to that step.
     """
     from pettingllms_cli.analysis.report import read_metrics
 
     rows = read_metrics(run_dir)
     heldout = [(r["step"], r["heldout_success_rate"]) for r in rows if r.get("heldout_success_rate") is not None]
     steps, curve = [s for s, _ in heldout], [v for _, v in heldout]
+    reached = convergence_step(steps, curve, threshold, window) if curve else None
+    upto = [r for r in rows if reached is not None and r["step"] <= reached]
     return {
         "seed": spec.seed,
         "run_dir": str(run_dir),
@@ -172,29 +184,72 @@ def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, thre
         "episodes": scored["final"]["episodes"],
         "initial_attempts": scored["initial"]["mean_attempts_to_success"],
         "final_attempts": scored["final"]["mean_attempts_to_success"],  # over solved episodes only
-        "convergence_step": convergence_step(steps, curve, threshold, window) if curve else None,
+        "convergence_step": reached,
+        "convergence_actions": None if reached is None else spent(upto)["actions_total"],
+        "convergence_tokens": None if reached is None else spent(upto)["tokens_total"],
         "heldout_curve": [[s, v] for s, v in heldout],
         **spent(rows),
     }
 
 
 def spent(rows: list[dict]) -> dict:
-    """A run's compute from its metrics.jsonl (docs/metrics.md): what `--budget` levels, measured."""
-    return {
-        "sampled_actions": sum(r.get("sampled_actions", 0) for r in rows),
-        "playout_actions": sum(r.get("playout_actions", 0) for r in rows),  # not trained; tokens in sampled_tokens
-        "sampled_tokens": sum(r.get("tokens_generated", 0) for r in rows),
-        "trained_tokens": sum(r.get("trained_tokens", 0) for r in rows),
-        "optimizer_steps": sum(r.get("optimizer_steps", 0) for r in rows),
-        "wall_seconds": round(sum(r.get("seconds", 0.0) for r in rows), 3),
-        "sampled_actions_per_step": rows[0].get("sampled_actions") if rows else None,
+    """A run's compute from its metrics.jsonl (docs/metrics.md): totals over every step, and means per step.
+
+    Rows written before a count existed lack it: actions and wall time fall back to their parts, a count
+    that has none (`effective_optimizer_steps`) is None.
+
+    >>> s = spent([{"sampled_actions": 12, "seconds": 1.0}, {"sampled_actions": 36, "seconds": 2.0}])
+    >>> s["sampled_actions"], s["sampled_actions_per_step"], s["actions_total"], s["effective_optimizer_steps"]
+    (48, 24.0, 48, None)
+    """
+    actions = [r.get("sampled_actions", 0) + r.get("playout_actions", 0) + r.get("intent_actions", 0) for r in rows]
+    training = [r.get("training_seconds", r.get("seconds", 0.0)) for r in rows]
+    measuring = [r.get("on_policy_seconds", 0.0) + (r.get("heldout_seconds") or 0.0) for r in rows]
+    totals = {
+        "sampled_actions": _total(rows, "sampled_actions", 0),  # candidates in training groups (K per group)
+        "playout_actions": _total(rows, "playout_actions", 0),  # played on to score candidates; not trained
+        "intent_actions": _total(rows, "intent_actions", 0),  # intents declared (coordination.protocol: intent)
+        "actions_total": _total(rows, "actions_total", None) or sum(actions),
+        "tokens_total": _total(rows, "tokens_generated", 0),  # every token sampled for training, play-outs and intents in
+        "trained_tokens": _total(rows, "trained_tokens", 0),  # tokens whose loss had a gradient (docs/metrics.md)
+        "optimizer_steps": _total(rows, "optimizer_steps", 0),
+        "effective_optimizer_steps": _total(rows, "effective_optimizer_steps", None),  # updates that moved an adapter
+        "wall_seconds_training": round(sum(training), 3),
+        "wall_seconds_measurement": round(sum(measuring), 3),  # on-policy episodes (tree) and the held-out curve
     }
+    totals["wall_seconds"] = round(totals["wall_seconds_training"] + totals["wall_seconds_measurement"], 3)
+    for key in ("sampled_actions", "actions_total", "tokens_total"):  # means over ALL steps, not the first
+        totals[f"{key}_per_step"] = totals[key] / len(rows) if rows else None
+    return totals
+
+
+def _total(rows: list[dict], key: str, missing: int | None) -> int | float | None:
+    """The sum of `key` over the rows; `missing` when a row lacks it (None: the total is unknown)."""
+    if missing is None and any(key not in r for r in rows):
+        return None
+    return sum(r.get(key, missing) or 0 for r in rows)
 
 
 # --- aggregation over seeds ---------------------------------------------------------------------------
-def success_interval(values: list[float], successes: int, episodes: int) -> tuple[float, list[float], str]:
-    """Mean over seeds with a 95% t interval; the Wilson interval over all episodes with one seed or
-    when every seed scored the same (a zero-width interval would claim certainty the episodes lack).
+T_OVER_SEEDS, WILSON = "t over seeds", "wilson over episodes"
+
+
+def interval_method(runs_by_spec: dict[str, list[dict]]) -> str:
+    """One method for every arm's success interval: a t interval over seeds, unless some arm has one seed or seeds
+    that all scored alike (a zero-width t interval would claim certainty its episodes lack), then Wilson for all.
+
+    >>> interval_method({"a": [{"final_success": 0.5}, {"final_success": 0.75}], "b": [{"final_success": 0.5}] * 2})
+    'wilson over episodes'
+    """
+    spread = all(len({r["final_success"] for r in runs}) > 1 for runs in runs_by_spec.values())
+    return T_OVER_SEEDS if spread else WILSON
+
+
+def success_interval(
+    values: list[float], successes: int, episodes: int, method: str = T_OVER_SEEDS
+) -> tuple[float, list[float], str]:
+    """Mean over seeds with its 95% interval by `method` (interval_method): t over seeds, or Wilson over all episodes
+    (also whenever t has no interval: one seed, or every seed alike).
 
     >>> success_interval([0.5], 2, 4)[2], success_interval([0.25, 0.75], 4, 8)[1]
     ('wilson over episodes', [0.0, 1.0])
@@ -202,20 +257,32 @@ def success_interval(values: list[float], successes: int, episodes: int) -> tupl
     [0.0, 0.4899]
     """
     mean, half = mean_interval(values)
-    if not half:
-        return mean, list(wilson_interval(successes, episodes)), "wilson over episodes"
-    return mean, [max(0.0, mean - half), min(1.0, mean + half)], "t over seeds"
+    if method == WILSON or not half:
+        return mean, list(wilson_interval(successes, episodes)), WILSON
+    return mean, [max(0.0, mean - half), min(1.0, mean + half)], T_OVER_SEEDS
 
 
-def spec_row(spec: Experiment, path: Path, runs: list[dict]) -> dict:
-    """The table row of one spec: means over its seeds."""
+CONVERGENCE_KEY = {"steps": "convergence_step", "actions": "convergence_actions", "tokens": "convergence_tokens"}
+
+
+def convergence_unit(budget: str, runs_by_spec: dict[str, list[dict]]) -> str:
+    """Steps when every run took as many, else the budget's unit (tokens under `--budget tokens`, else actions): a
+    step of one arm is not a step of another.
+
+    >>> convergence_unit("actions", {"a": [{"steps": 4}], "b": [{"steps": 8}]}), convergence_unit("tokens", {"a": [{"steps": 4}]})
+    ('actions', 'steps')
+    """
+    lengths = {r["steps"] for runs in runs_by_spec.values() for r in runs}
+    return "steps" if len(lengths) <= 1 else ("tokens" if budget == "tokens" else "actions")
+
+
+def spec_row(spec: Experiment, path: Path, runs: list[dict], method: str = T_OVER_SEEDS, unit: str = "steps") -> dict:
+    """The table row of one spec: means over its seeds; convergence counts every seed, never-converged ones as never."""
     final, final_ci, method = success_interval(
-        [r["final_success"] for r in runs], sum(r["final_successes"] for r in runs), sum(r["episodes"] for r in runs)
+        [r["final_success"] for r in runs], sum(r["final_successes"] for r in runs), sum(r["episodes"] for r in runs), method
     )
     initial, initial_half = mean_interval([r["initial_success"] for r in runs])
-    reached = [r["convergence_step"] for r in runs if r["convergence_step"] is not None]
-    # Runs that never reach the threshold count as the whole budget (a lower bound on their convergence step).
-    censored = [r["convergence_step"] if r["convergence_step"] is not None else r["steps"] for r in runs]
+    converged = censored_convergence([r[CONVERGENCE_KEY[unit]] for r in runs])
     attempts = [r["final_attempts"] for r in runs if r["final_attempts"] is not None]
     return {
         "spec": spec.name,
@@ -231,66 +298,81 @@ def spec_row(spec: Experiment, path: Path, runs: list[dict]) -> dict:
         "final_success_ci": final_ci,
         "ci_method": method,
         "mean_attempts": sum(attempts) / len(attempts) if attempts else None,  # over solved episodes, mean over seeds
-        "convergence_step": sum(censored) / len(censored) if reached else None,
-        "converged_seeds": len(reached),
-        **{key: _mean([float(r[key]) for r in runs]) for key in SPENT},
+        "convergence_unit": unit,
+        "convergence": converged["cost"],  # 1 / mean rate: None when no seed converged
+        "convergence_ci": converged["cost_ci"],  # an upper end of None: "never" is inside the interval
+        "convergence_rate": converged["rate"],
+        "converged_seeds": converged["converged_seeds"],
+        "not_converged_seeds": converged["not_converged_seeds"],
+        **{key: _mean(r[key] for r in runs) for key in SPENT},
     }
 
 
-SPENT = (
+SPENT = (  # per-run totals (spent), averaged over seeds in the spec's row
     "sampled_actions",
     "playout_actions",
-    "sampled_tokens",
+    "intent_actions",
+    "actions_total",
+    "tokens_total",
     "trained_tokens",
     "optimizer_steps",
+    "effective_optimizer_steps",
     "wall_seconds",
+    "wall_seconds_training",
+    "wall_seconds_measurement",
     "sampled_actions_per_step",
+    "actions_total_per_step",
+    "tokens_total_per_step",
 )
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
+def _mean(values: Iterable[float | None]) -> float | None:
+    """Mean over seeds; None when any seed lacks the figure (a run logged before it existed)."""
+    values = list(values)
+    return None if not values or any(v is None for v in values) else sum(values) / len(values)
 
 
-def ratios(a: dict, b: dict, runs_a: list[dict] | None = None, runs_b: list[dict] | None = None) -> dict:
-    """B relative to A, each factor > 1 when B does better: success B/A, attempts A/B, convergence step A/B.
+def ratios(a: dict, b: dict, runs_a: list[dict] | None = None, runs_b: list[dict] | None = None, unit: str = "steps") -> dict:
+    """B relative to A over paired seeds, each factor > 1 when B does better: success B/A, attempts A/B, convergence
+    rate B/A (never-converged seeds count as rate 0), and the paired success difference B - A.
 
-    Each factor has a 95% t interval over per-seed ratios (stats.factor_interval) when runs are given.
+    Each factor's point and 95% interval come from one estimator (stats.factor_interval), so the point lies inside.
 
-    >>> r = ratios({"spec": "a", "final_success": 0.2, "mean_attempts": 2.0, "convergence_step": 8.0},
-    ...            {"spec": "b", "final_success": 0.5, "mean_attempts": 1.5, "convergence_step": 4.0})
+    >>> r = ratios({"spec": "a", "final_success": 0.2, "mean_attempts": 2.0, "convergence": 8.0},
+    ...            {"spec": "b", "final_success": 0.5, "mean_attempts": 1.5, "convergence": 4.0})
     >>> round(r["improvement_factor"], 3), round(r["success_gain"], 3), round(r["attempts_factor"], 3), r["convergence_factor"]
     (2.5, 0.3, 1.333, 2.0)
     """
-    runs_a, runs_b = runs_a or [a_row_as_run(a)], runs_b or [a_row_as_run(b)]
+    runs_a, runs_b = runs_a or [a_row_as_run(a, unit)], runs_b or [a_row_as_run(b, unit)]
     n = min(len(runs_a), len(runs_b))
     runs_a, runs_b = runs_a[:n], runs_b[:n]
-
-    def paired(key: str, b_over_a: bool) -> dict:
-        num, den = [r.get(key) for r in (runs_b if b_over_a else runs_a)], [r.get(key) for r in (runs_a if b_over_a else runs_b)]
-        return factor_interval(num, den)
-
-    success = paired("final_success", True)
-    attempts = paired("final_attempts", False)
-    convergence = paired("convergence_step", False)
+    key = CONVERGENCE_KEY[unit]
+    success = factor_interval([r["final_success"] for r in runs_b], [r["final_success"] for r in runs_a])
+    attempts = factor_interval([r["final_attempts"] for r in runs_a], [r["final_attempts"] for r in runs_b])
+    rates = [convergence_rates([r[key] for r in runs]) for runs in (runs_a, runs_b)]
+    convergence = factor_interval(rates[1], rates[0])
+    difference = paired_difference([r["final_success"] for r in runs_a], [r["final_success"] for r in runs_b], (-1.0, 1.0))
     return {
         "pair": f"{b['spec']}/{a['spec']}",
-        "improvement_factor": ratio(b["final_success"], a["final_success"]),
+        "improvement_factor": success["factor"],
         "improvement_factor_ci": success["ci"],
-        "success_gain": b["final_success"] - a["final_success"],
-        "attempts_factor": ratio(a["mean_attempts"], b["mean_attempts"]),
+        "success_gain": difference["difference"],  # mean over paired seeds of B - A
+        "success_gain_ci": difference["ci"],
+        "seeds_to_separate": difference["seeds_to_separate"],  # at the observed spread of the paired differences
+        "attempts_factor": attempts["factor"],
         "attempts_factor_ci": attempts["ci"],
-        "convergence_factor": ratio(a["convergence_step"], b["convergence_step"]),
+        "convergence_unit": unit,
+        "convergence_factor": convergence["factor"],
         "convergence_factor_ci": convergence["ci"],
     }
 
 
-def a_row_as_run(row: dict) -> dict:
+def a_row_as_run(row: dict, unit: str = "steps") -> dict:
     """A table row standing in for its single run (for ratios of rows without runs)."""
     return {
         "final_success": row["final_success"],
         "final_attempts": row["mean_attempts"],
-        "convergence_step": row["convergence_step"],
+        CONVERGENCE_KEY[unit]: row["convergence"],
     }
 
 
@@ -321,7 +403,7 @@ def compare(
         console.print("no held-out curve (train.eval_every unset): convergence will not be measured; set train.eval_every")
     base = specs[0]
     problems = held_out(base, episodes, data)
-    rows, runs_by_spec = [], {}
+    runs_by_spec = {}
     for path, spec, extra in zip(paths, specs, levelled, strict=True):
         runs = []
         for seed in range(seeds):
@@ -332,7 +414,8 @@ def compare(
                 scored = score_run(run_spec, run_dir, problems)
             runs.append(run_summary(run_spec, run_dir, status, scored, threshold, window))
         runs_by_spec[spec.name] = runs
-        rows.append(spec_row(spec, path, runs))
+    method, unit = interval_method(runs_by_spec), convergence_unit(budget, runs_by_spec)  # one of each for every arm
+    rows = [spec_row(spec, path, runs_by_spec[spec.name], method, unit) for path, spec in zip(paths, specs, strict=True)]
     result = {
         "env": base.env.name,
         "held_out": {
@@ -347,16 +430,20 @@ def compare(
             "mode": budget,
             "how": describe_budget(budget),
             "overrides": {spec.name: extra for spec, extra in zip(specs, levelled, strict=True)},
-            "sampled_actions_per_step": {row["spec"]: row["sampled_actions_per_step"] for row in rows},
+            "sampled_actions_per_step": {row["spec"]: row["sampled_actions_per_step"] for row in rows},  # means, all steps
+            "actions_total": {row["spec"]: row["actions_total"] for row in rows},  # per seed, play-outs and intents in
+            "tokens_total": {row["spec"]: row["tokens_total"] for row in rows},
         },
         "seeds": list(range(seeds)),
         "convergence": {
             "metric": "heldout_success_rate (greedy, every train.eval_every steps)",
             "threshold": threshold,
             "window": window,
+            "unit": unit,
+            "estimator": "1 / mean over seeds of 1/(cost to threshold), a never-converged seed counting 1/cost = 0",
         },
         "rows": rows,
-        "ratios": [ratios(rows[0], row, runs_by_spec[rows[0]["spec"]], runs_by_spec[row["spec"]]) for row in rows[1:]],
+        "ratios": [ratios(rows[0], row, runs_by_spec[rows[0]["spec"]], runs_by_spec[row["spec"]], unit) for row in rows[1:]],
         "runs": runs_by_spec,
     }
     result["verdict"] = verdict(result)

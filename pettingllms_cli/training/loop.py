@@ -70,6 +70,8 @@ WALL_CLOCK_KEYS = (  # vary run to run
     "peak_rss_mb",
     "cuda_peak_mb",
     "heldout_seconds",
+    "on_policy_seconds",
+    "training_seconds",
 )
 TRAIN_POOL = 10_000  # training problems drawn from; fixed so that extending train.steps keeps the data order
 
@@ -249,7 +251,9 @@ def collect(team: Sampler, spec: Experiment, problems: list[Problem], assignment
         rollout = parallel_rollout(team, spec, envs, spec.algorithm.group_size, assignment=assignment)
     rollout.seconds = time.perf_counter() - started
     if spec.algorithm.rollout == "tree":  # the tree's episodes are best-of-K: measure the policy on its own path
+        measuring = time.perf_counter()
         rollout.on_policy, rollout.on_policy_tokens = on_policy_episodes(team, spec, envs, rollout)
+        rollout.on_policy_seconds = time.perf_counter() - measuring  # timed apart from training
     else:  # every parallel episode is already the policy's own
         rollout.on_policy = rollout.episodes
     return rollout
@@ -266,6 +270,8 @@ def gather_rollout(rollout: Rollout) -> Rollout:
     whole.on_policy = distributed.gather(rollout.on_policy)
     whole.on_policy_tokens = int(distributed.all_reduce_sum([rollout.on_policy_tokens])[0])
     whole.lookahead_actions = int(distributed.all_reduce_sum([rollout.lookahead_actions])[0])
+    whole.intent_actions = int(distributed.all_reduce_sum([rollout.intent_actions])[0])
+    whole.on_policy_seconds = max(distributed.gather([rollout.on_policy_seconds]))
     return whole
 
 

@@ -87,17 +87,31 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
     metrics["tokens_per_second"] = rollout.tokens / seconds if seconds > 0 else 0.0
     metrics["sampling_tokens_per_second"] = rollout.tokens / rollout.seconds if rollout.seconds > 0 else 0.0
     metrics["seconds"] = round(seconds, 3)
+    metrics["on_policy_seconds"] = round(rollout.on_policy_seconds, 3)  # measurement: the policy's own episodes (tree)
+    metrics["training_seconds"] = round(max(0.0, seconds - rollout.on_policy_seconds), 3)  # the step without them
     return clean_metrics(metrics)
 
 
 def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentStats]) -> dict:
-    """What the step spent, as `compare` reports it per arm (docs/metrics.md)."""
-    updated = {spec.adapter_of(a) for a, st in stats.items() if st.tokens > 0 and not st.skipped}
+    """What the step spent, as `compare` reports it per arm (docs/metrics.md).
+
+    An adapter whose every group tied (all advantages 0, `kl_coef` 0) gets no gradient and keeps its weights: it
+    counts in `optimizer_steps` (it had samples) but not in `effective_optimizer_steps`, and its tokens are not
+    `trained_tokens`.
+    """
+    stepped = {a: st for a, st in stats.items() if st.tokens > 0 and not st.skipped}
+    moved = defaultdict(int)  # adapter -> tokens with a gradient, summed over its agents
+    for agent, st in stepped.items():
+        moved[spec.adapter_of(agent)] += st.trained_tokens
+    sampled, intents = len(rollout.samples), rollout.intent_actions
     return {
-        "sampled_actions": len(rollout.samples),  # candidates in the step's groups (not play-outs, not intents)
+        "sampled_actions": sampled,  # candidates in the step's groups (not play-outs, not intents)
         "playout_actions": rollout.lookahead_actions,  # sampled to score candidates at the turn's end (credit.py)
-        "trained_tokens": sum(st.tokens for st in stats.values()),  # completion tokens in the loss
-        "optimizer_steps": len(updated),  # adapters that took an optimizer step
+        "intent_actions": intents,  # intents declared (coordination.protocol: intent), trained or not
+        "actions_total": sampled + rollout.lookahead_actions + intents,
+        "trained_tokens": sum(st.trained_tokens for st in stepped.values()),  # completion tokens whose loss had a gradient
+        "optimizer_steps": len({spec.adapter_of(a) for a in stepped}),  # adapters that took an optimizer step
+        "effective_optimizer_steps": sum(1 for tokens in moved.values() if tokens > 0),  # ... that changed its weights
     }
 
 
@@ -117,10 +131,6 @@ def heldout_metrics(team: Team, roles: RoleAssigner, spec: Experiment, eval_prob
         "heldout_episodes": scored["episodes"],
         "heldout_seconds": scored["seconds"],
     }
-
-
-def _mean(values: list) -> float:
-    return float(sum(values) / len(values)) if values else 0.0
 
 
 def _mean(values: list) -> float:

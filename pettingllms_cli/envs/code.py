@@ -21,8 +21,10 @@ Data: `generated` (a built-in sample: 20 MBPP problems, CC-BY-4.0, and 6 HumanEv
 problems written for this project), or a JSON-lines file in MBPP format (`text`, `code`,
 `test_list`, optional `test_setup_code`, `task_id`) or HumanEval format (`prompt`, `test`,
 `entry_point`, `canonical_solution`, `task_id`). Option `timeout` (default 3 s) limits each
-sandbox run. Test results come back on stdout lines tagged with a random nonce; model code
-that inspects the harness could forge them (best effort, like the sandbox's audit hook).
+sandbox run. Verdicts: the code runs in one sandbox and the tests in another, which calls the
+code through a proxy that returns plain data (`tools.proxy`); the model's code never runs where
+a verdict is decided. The hidden tests and the tester's asserts (model code too) run in separate
+judges, so a tester's assert cannot touch a hidden test's verdict.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import copy
 import functools
 import itertools
 import re
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,7 +42,7 @@ from pydantic import Field
 from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import strip_tool_results
-from pettingllms_cli.tools.sandbox import run_python
+from pettingllms_cli.tools.proxy import run_proxied
 
 DATA_DIR = Path(__file__).parent / "data"
 SAMPLES = (DATA_DIR / "mbpp_sample.jsonl", DATA_DIR / "humaneval_sample.jsonl")
@@ -52,24 +53,8 @@ MAX_TESTS = 8
 # Rewards (see the module docstring): named here, not written into `_act`.
 NO_ASSERT = -0.1  # tester: a reply without a single one-line `assert`
 CODE_DOES_NOT_LOAD = -0.1  # coder: the code fails while loading (syntax error, failing import)
-_FENCE_RE = re.compile(r"```(?:python|py)?\n?(.*?)(?:```|$)", re.DOTALL)
-
-HARNESS = """
-import sys
-_nonce = sys.stdin.readline().strip()
-_ns = {{"__name__": "solution"}}
-try:
-    exec(compile({code!r} + "\\n" + {setup!r}, "solution.py", "exec"), _ns)  # setup may use the code's classes
-except BaseException as e:
-    print(_nonce, "load", type(e).__name__, flush=True)
-    raise SystemExit(0)
-for _i, _t in enumerate({tests!r}):
-    try:
-        exec(compile(_t, "test.py", "exec"), _ns)
-        print(_nonce, _i, 1, flush=True)
-    except BaseException as e:
-        print(_nonce, _i, 0, type(e).__name__, flush=True)
-"""
+# The closing fence starts a line: a ``` inside a comment or a string does not end the code.
+_FENCE_RE = re.compile(r"```(?:python|py)?\n?(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
 
 
 def extract_code(text: str) -> str:
@@ -94,19 +79,12 @@ def extract_asserts(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=4096)
 def run_tests(code: str, tests: tuple[str, ...], setup: str = "", timeout: float = 3.0) -> tuple[bool, tuple[bool, ...]]:
-    """(code loaded, pass/fail per test) for code + tests in one sandbox run; a crash fails the rest."""
-    nonce = secrets.token_hex(8)
-    result = run_python(HARNESS.format(setup=setup, code=code, tests=list(tests)), stdin=nonce + "\n", timeout=timeout)
-    passed, seen, load_failed = [False] * len(tests), False, False
-    for line in result.stdout.splitlines():
-        parts = line.split()
-        if len(parts) < 3 or parts[0] != nonce:
-            continue
-        load_failed |= parts[1] == "load"
-        if parts[1].isdigit() and int(parts[1]) < len(tests):
-            passed[int(parts[1])], seen = parts[2] == "1", True
-    loaded = not load_failed and (seen or not tests)  # no result line at all: it hung or crashed while loading
-    return loaded, tuple(passed)
+    """(code loaded, pass/fail per test): the code runs in one sandbox, the setup and tests in another (`tools.proxy`).
+
+    The setup (trusted data) and the tests call the code's names through a proxy that returns plain data, so
+    the code cannot print, forge or kill its way to a verdict; a crash or a hang fails the tests still to run.
+    """
+    return run_proxied(code, tests, setup, timeout)
 
 
 def stub(entry: str) -> str:
@@ -260,8 +238,9 @@ class CodeEnv(TurnEnv):
     def _write_code(self, text: str) -> Outcome:
         self.code = extract_code(text)
         hidden = tuple(self.meta["tests"])
-        loaded, passed = run_tests(self.code, hidden + tuple(self.tests), self.meta.get("setup", ""), self.timeout)
-        on_hidden, on_visible = passed[: len(hidden)], passed[len(hidden) :]
+        setup = self.meta.get("setup", "")
+        loaded, on_hidden = run_tests(self.code, hidden, setup, self.timeout)
+        on_visible = run_tests(self.code, tuple(self.tests), setup, self.timeout)[1] if self.tests else ()
         self.hidden_share = sum(on_hidden) / len(hidden)
         solved = all(on_hidden)
         valid = [ok for ok, v in zip(on_visible, self.valid, strict=True) if v]  # a test the reference fails says nothing

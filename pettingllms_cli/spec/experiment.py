@@ -234,6 +234,16 @@ class TrainSpec(Strict):
         return self
 
 
+class ToolsSpec(Strict):
+    sandbox: Literal["strict", "best_effort"] = Field(
+        "strict",
+        description="How model-written code runs (docs/sandbox.md). `strict`: confined by the kernel (namespaces, a "
+        "read-only root, Landlock); a kernel lacking either is an error before any model loads. `best_effort`: on such "
+        "a kernel, say what is missing in one line and run with what it has (namespaces alone, or rlimits and an audit "
+        "hook).",
+    )
+
+
 class Experiment(Strict):
     name: str = Field(pattern=NAME_RE, description="Experiment name; the default run directory is `runs/<name>`.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for problems, sampling and initial adapters.")
@@ -262,6 +272,7 @@ class Experiment(Strict):
     vllm: VllmSettings = Field(
         default_factory=VllmSettings, description="The vLLM engines' settings, used when `sampler: vllm` (docs/vllm.md)."
     )
+    tools: ToolsSpec = Field(default_factory=ToolsSpec, description="Tools that run model output: the code sandbox's mode.")
     output_dir: str | None = Field(None, description="Run directory; default `runs/<name>`.")
 
     @model_validator(mode="after")

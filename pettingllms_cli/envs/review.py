@@ -13,7 +13,11 @@ Each role's no-op (the empty action) is the team without that role: no call (pla
 runs unchecked (validator), the result stands as the answer (reader); `credit: difference`
 compares with it. The judges are paid for a correct judgement, never for a verdict as such
 (`judged`): approving a valid call and sending back an invalid one earn `JUDGED_RIGHT`; a
-rubber-stamped invalid call, a valid one sent back, or no verdict at all earn `JUDGED_WRONG`.
+rubber-stamped invalid call or a valid one sent back earn `JUDGED_WRONG`. A verdict has one form: the
+reply's first word is `Yes` or `No`, alone or followed by punctuation ("Yes.", "No: 8 is not in the
+question."), as the worked examples show. Anything else ("No problem, it is right.", "Nothing wrong
+here", "I am not sure.") is no verdict: the call goes on unchecked (never a send-back) and the judge
+earns `NO_VERDICT`.
 Each judged action's info holds the verdict the facts called for under `DUE` (True: approve or
 accept), so `reward.balance_verdicts` can credit a judge as if both verdicts were due equally often.
 
@@ -29,15 +33,14 @@ import re
 from pettingllms_cli.tools.calls import ToolCall
 
 JUDGED_RIGHT = 1.0  # a judge (validator, reader) whose verdict was right
-JUDGED_WRONG = 0.0  # a wrong verdict, or none
+JUDGED_WRONG = 0.0  # a wrong verdict
+NO_VERDICT = 0.0  # a reply not in the verdict form: paid as a wrong verdict, so that dodging never beats judging
 DUE = "verdict_due"  # info key of a judged action: the verdict the facts called for (True: let it run / accept)
 NOTHING_TO_READ = 0.0  # the reader when no call ran this round: there was nothing to judge
 REASON_CHARS = 160  # how much of a judge's reply the planner hears when its call is sent back
-# The first of these words in a judge's reply is its verdict. Each judge is asked a yes/no question, which a
-# 135M chat model answers with "Yes" or "No" far more often than with a named verdict ("valid").
-APPROVE = ("yes", "valid", "right", "correct", "accept")
-SEND_BACK = ("no", "invalid", "wrong", "incorrect", "not", "retry")
-_VERDICT_RE = re.compile(rf"\b({'|'.join(APPROVE + SEND_BACK)})\b", re.IGNORECASE)
+# The verdict form: the reply opens with Yes or No (any case, after spaces, quotes or markdown emphasis), then
+# ends or goes on with punctuation. "No problem", "Not bad" and "Nothing wrong" are not verdicts.
+_VERDICT_RE = re.compile(r"""^[\s"'*_`]*(yes|no)(?:$|[\s"'*_`]*[.,:;!?\-])""", re.IGNORECASE)
 _TYPES: dict[str, tuple[type, ...]] = {
     "integer": (int,),
     "number": (int, float),
@@ -54,22 +57,26 @@ _TYPES: dict[str, tuple[type, ...]] = {
 def verdict(text: str) -> bool | None:
     """A judge's verdict: True (let it run / accept), False (send it back), None (no verdict: it goes on unchecked).
 
-    >>> verdict("Yes."), verdict("No: 8 is not in the question."), verdict("I don't know.")
-    (True, False, None)
-    >>> verdict("The call is not valid"), verdict("It is right")
-    (False, True)
+    Only the fixed form counts: a first word Yes or No, alone or followed by punctuation.
+
+    >>> verdict("Yes."), verdict("No: 8 is not in the question."), verdict("**No**, it adds the cups"), verdict("yes")
+    (True, False, False, True)
+    >>> verdict("No problem, it is right."), verdict("Nothing wrong here"), verdict("Not bad, yes"), verdict("I am not sure.")
+    (None, None, None, None)
     """
-    match = _VERDICT_RE.search(text)
-    return None if match is None else match.group(1).lower() in APPROVE
+    match = _VERDICT_RE.match(text)
+    return None if match is None else match.group(1).lower() == "yes"
 
 
 def judged(said: bool | None, truth: bool) -> float:
-    """A judge's local reward: right when its yes/no matches the truth; no verdict is never paid.
+    """A judge's local reward: right when its yes/no matches the truth; no verdict earns `NO_VERDICT`.
 
     >>> judged(True, True), judged(False, False), judged(True, False), judged(None, True)
     (1.0, 1.0, 0.0, 0.0)
     """
-    return JUDGED_RIGHT if said is not None and said == truth else JUDGED_WRONG
+    if said is None:
+        return NO_VERDICT
+    return JUDGED_RIGHT if said == truth else JUDGED_WRONG
 
 
 def sent_back(call: str, judge: str, reply: str, tool_error: str | None = None) -> str:

@@ -142,3 +142,28 @@ def test_resume_refuses_a_silent_dtype_change(tmp_path: Path, one_thread: None) 
     record = json.loads((run / "resumes.jsonl").read_text())
     assert record["forced"] and record["changes"] == {"models.tiny.dtype": ["bfloat16", "float32"]}
     assert json.loads((run / "resolved.json").read_text())["models"]["tiny"]["dtype"] == "float32"
+
+
+def test_a_bf16_base_runs_its_lora_products_in_bf16_and_trains_fp32_weights(one_thread: None) -> None:
+    from pettingllms_cli.models.precision import lora_in_base_dtype
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.spec import load_spec
+
+    team = Team(load_spec(SMOKE, ["models.tiny.dtype=bfloat16"]))
+    model = team.activate("caller")
+    lora_b = [p for n, p in model.named_parameters() if "lora_B.caller" in n]
+    with torch.no_grad():
+        for p in lora_b:
+            p.normal_(0, 0.05)  # B starts at zero: the LoRA product would add nothing
+    seen: list[torch.dtype] = []
+    layer = next(m for n, m in model.named_modules() if n.endswith("q_proj.lora_A.caller"))
+    layer.register_forward_hook(lambda module, inputs, output: seen.extend([inputs[0].dtype, output.dtype]))
+    ids = torch.tensor([[1, 5, 9, 33, 70, 12]])
+    default = model(input_ids=ids).logits.float()  # PEFT's own path: the LoRA input cast to fp32
+    with lora_in_base_dtype(model):
+        logits = model(input_ids=ids).logits
+    assert seen == [torch.float32, torch.float32, torch.bfloat16, torch.bfloat16]
+    assert logits.dtype == torch.bfloat16 and torch.allclose(logits.float(), default, atol=0.05)
+    logits.float().logsumexp(-1).sum().backward()  # the backward follows the forward's dtypes, outside the context
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in lora_b)
+    assert any(bool(p.grad.abs().sum() > 0) for p in lora_b)

@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 from pettingllms_cli import distributed
 from pettingllms_cli.envs.messages import Message
 from pettingllms_cli.models.loader import load_model
+from pettingllms_cli.models.precision import lora_in_base_dtype
 from pettingllms_cli.policy import decoding, prompts
 from pettingllms_cli.policy.decoding import cut_at_eos
 from pettingllms_cli.policy.logprobs import logprob_key
@@ -213,9 +214,10 @@ class Team:
         was_training = model.training
         model.eval()  # PEFT accepts adapter_names only in eval mode
         try:
-            start = decoding.prefill(model, prompts, pad, k, adapters)
-            record = self.logprob_record is not None
-            out, logps = decoding.decode(model, start, pick, max_new_tokens, eos, pad, expanded, logprobs=record)
+            with lora_in_base_dtype(model):  # a bf16 base's LoRA products in bf16: no fp32 round trip per layer
+                start = decoding.prefill(model, prompts, pad, k, adapters)
+                record = self.logprob_record is not None
+                out, logps = decoding.decode(model, start, pick, max_new_tokens, eos, pad, expanded, logprobs=record)
         finally:
             model.train(was_training)
         completions = [cut_at_eos(row, eos) for row in out.cpu()]

@@ -11,6 +11,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from pettingllms_cli.models.precision import lora_in_base_dtype
+
 
 def logprob_key(adapter: str, prompt: list[int], completion: torch.Tensor) -> tuple:
     """What identifies a recorded log-prob: the adapter that sampled it and the token ids it scored."""
@@ -48,16 +50,17 @@ def group_logprobs(
     k = completions.shape[0]
     device = next(model.parameters()).device
     prompt, completions = prompt.to(device), completions.to(device)
-    if shared_prompt:
-        out = model(input_ids=prompt[None], use_cache=True, logits_to_keep=1)
-        cache = out.cache
-        cache.batch_repeat_interleave(k)
-        rest = model(input_ids=completions, cache=cache, use_cache=True).logits  # [K, Lc, V]
-        logits = torch.cat([out.logits[:, -1:].expand(k, -1, -1), rest[:, :-1]], dim=1)
-    else:
-        full = torch.cat([prompt[None].expand(k, -1), completions], dim=1)  # [K, Lp+Lc]
-        logits = model(input_ids=full).logits[:, len(prompt) - 1 : -1]
-    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # [K, Lc, V]
+    with lora_in_base_dtype(model):  # a bf16 base's LoRA products in bf16 (the backward follows the forward's dtypes)
+        if shared_prompt:
+            out = model(input_ids=prompt[None], use_cache=True, logits_to_keep=1)
+            cache = out.cache
+            cache.batch_repeat_interleave(k)
+            rest = model(input_ids=completions, cache=cache, use_cache=True).logits  # [K, Lc, V]
+            logits = torch.cat([out.logits[:, -1:].expand(k, -1, -1), rest[:, :-1]], dim=1)
+        else:
+            full = torch.cat([prompt[None].expand(k, -1), completions], dim=1)  # [K, Lp+Lc]
+            logits = model(input_ids=full).logits[:, len(prompt) - 1 : -1]
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # [K, Lc, V], fp32 whatever the base's dtype
     logp = logp_all.gather(-1, completions[..., None]).squeeze(-1)
     with torch.no_grad():
         entropy = -(logp_all.exp() * logp_all).sum(-1)

@@ -114,6 +114,16 @@ def _check_models(experiment) -> None:
         problem = sampler_problem(experiment)
         if problem:
             raise UserError(problem)
+    _check_sandbox(experiment)
+
+
+def _check_sandbox(experiment) -> None:
+    """An env that runs model code needs the kernel's sandbox, or `tools.sandbox: best_effort` (docs/sandbox.md)."""
+    from pettingllms_cli.envs import ENVS
+    from pettingllms_cli.tools.sandbox import require
+
+    if ENVS[experiment.env.name].runs_model_code:
+        require(experiment.tools.sandbox, warn=say)
 
 
 @app.command()

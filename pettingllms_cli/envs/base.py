@@ -68,6 +68,8 @@ class TurnEnv:
     deferred_roles: ClassVar[frozenset[str]] = frozenset()
     # Roles whose empty action is not a useless one, so `credit: difference` has no no-op to compare with.
     no_noop_roles: ClassVar[frozenset[str]] = frozenset()
+    # Runs model-written code in tools/sandbox.py: the CLI checks the kernel's sandbox before any model loads.
+    runs_model_code: ClassVar[bool] = False
 
     def __init__(self, problem: Problem, layout: str = "multi", max_turns: int = 2, options: dict | None = None):
         if layout not in self.layouts:

@@ -172,6 +172,7 @@ class CodeEnv(TurnEnv):
     name = "code_v0"
     layouts = {"multi": ("tester", "coder"), "single": ("coder",)}
     deferred_roles = frozenset({"tester"})  # the team reward moves only once the coder acts
+    runs_model_code = True
 
     def _reset_task(self) -> None:
         self.code: str | None = None

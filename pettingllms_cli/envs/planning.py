@@ -83,6 +83,7 @@ class PlanningOptions(EnvOptions):
 class PlanningEnv(TurnEnv):
     Options = PlanningOptions
     layouts = {"multi": ("tool_agent", "plan_agent"), "single": ("planner",)}
+    runs_model_code = True  # the tool agent's Python
     PLAN_PREFIX: str = "Moves: "
     PLAN_SYSTEM: str = ""
     id_prefix: str = "puzzle"

@@ -29,7 +29,7 @@ def test_two_problems_never_share_a_group():
 
 
 def test_equal_rewards_give_zero_advantage_without_scaling():
-    adv = group_advantages(torch.tensor([0.3] * 8), ["g"] * 8, scale=False)
+    adv = group_advantages(torch.tensor([0.3] * 8), ["g"] * 8, scale="none")
     assert torch.count_nonzero(adv) == 0
 
 
@@ -57,3 +57,42 @@ def test_k3_by_hand():
     kl = k3_kl(torch.tensor([[-1.0]]), torch.tensor([[-1.5]]))
     assert kl.item() == pytest.approx(math.exp(-0.5) - 0.5, abs=1e-7)
     assert k3_kl(torch.tensor([[-2.0]]), torch.tensor([[-2.0]])).item() == 0.0
+
+
+def test_scale_none_keeps_the_reward_difference():
+    """Dr. GRPO: at K=2 a 0.1 format difference is +-0.05, not the +-0.707 std scaling makes of any two rewards."""
+    rewards, groups = torch.tensor([0.05, -0.05]), ["g", "g"]
+    assert group_advantages(rewards, groups, scale="none").tolist() == pytest.approx([0.05, -0.05])
+    assert group_advantages(rewards, groups, scale="group", eps=0.0).tolist() == pytest.approx([0.7071, -0.7071], abs=1e-4)
+
+
+def test_scale_batch_divides_every_group_by_one_std():
+    # group a: 1, 0 (centred 0.5, -0.5); group b: 0.2, 0 (centred 0.1, -0.1). All four: mean 0.3,
+    # squares 1 + 0.04 = 1.04, variance (1.04 - 4 * 0.09) / 3 = 0.22667, std 0.47610.
+    rewards, groups = torch.tensor([1.0, 0.0, 0.2, 0.0]), ["a", "a", "b", "b"]
+    std = math.sqrt((1.04 - 4 * 0.09) / 3)
+    adv = group_advantages(rewards, groups, scale="batch", eps=0.0)
+    assert adv.tolist() == pytest.approx([0.5 / std, -0.5 / std, 0.1 / std, -0.1 / std], abs=1e-5)
+    assert adv[0] / adv[2] == pytest.approx(5.0)  # the groups keep their sizes relative to each other (group: both 0.707)
+
+
+def test_batch_std_from_sums_matches_torch():
+    from pettingllms_cli.algorithms.grpo import batch_std
+
+    rewards = torch.tensor([1.0, 0.0, 0.2, 0.0])
+    assert batch_std(4, float(rewards.sum()), float((rewards**2).sum())) == pytest.approx(float(rewards.std()), abs=1e-6)
+
+
+def test_scale_rewards_accepts_three_values_and_old_booleans(smoke_tree):
+    from pettingllms_cli.errors import UserError
+    from pettingllms_cli.spec import parse_spec
+
+    def scale(value):
+        return parse_spec(
+            {**smoke_tree, "algorithm": {**smoke_tree["algorithm"], "scale_rewards": value}}
+        ).algorithm.scale_rewards
+
+    assert [scale(v) for v in ("group", "batch", "none", True, False)] == ["group", "batch", "none", "group", "none"]
+    assert parse_spec(smoke_tree).algorithm.scale_rewards == "group"  # the default is unchanged
+    with pytest.raises(UserError, match="group.*batch.*none"):
+        scale("std")

@@ -8,27 +8,52 @@ from collections.abc import Hashable, Sequence
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, groups: Sequence[Hashable], scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
-    """GRPO advantages: reward minus its group's mean, over the group's std (unbiased, as TRL).
+def group_advantages(
+    rewards: torch.Tensor,
+    groups: Sequence[Hashable],
+    scale: str = "group",
+    eps: float = 1e-4,
+    batch_std: float | None = None,
+) -> torch.Tensor:
+    """GRPO advantages: reward minus its group's mean, divided by `scale` (`algorithm.scale_rewards`).
 
-    rewards: [N]; groups: N group keys. Returns [N]. A group of equal rewards gives zeros.
+    rewards: [N]; groups: N group keys. Returns [N]. A group of equal rewards gives zeros whatever the scale.
+    `group`: the group's std (unbiased, as TRL); `batch`: `batch_std`, the std of every reward in the step (of
+    `rewards` when not given; the loop passes the one over all ranks); `none`: centred only (Dr. GRPO).
 
     >>> [round(a, 3) for a in group_advantages(torch.tensor([1., 0., 3., 3.]), ["a", "a", "b", "b"]).tolist()]
     [0.707, -0.707, 0.0, 0.0]
+    >>> [round(a, 3) for a in group_advantages(torch.tensor([0.05, -0.05]), ["a", "a"], scale="none").tolist()]
+    [0.05, -0.05]
     """
     members: dict[Hashable, list[int]] = defaultdict(list)
     for i, g in enumerate(groups):
         members[g].append(i)
+    if scale == "batch" and batch_std is None:
+        batch_std = float(rewards.std()) if len(rewards) > 1 else 0.0
     adv = torch.zeros_like(rewards)
     for idx in members.values():
         r = rewards[idx]  # [G]
         if r.max() == r.min():
             continue  # exactly zero, not float noise: such a group carries no signal
         centred = r - r.mean()
-        if scale and len(idx) > 1:
+        if scale == "group" and len(idx) > 1:
             centred = centred / (r.std() + eps)
+        elif scale == "batch":
+            centred = centred / (batch_std + eps)
         adv[idx] = centred
     return adv
+
+
+def batch_std(n: float, total: float, squares: float) -> float:
+    """Unbiased std of n rewards from their sum and sum of squares (summed over ranks, so every rank agrees).
+
+    >>> round(batch_std(4, 2.0, 2.0), 4)  # rewards 1, 1, 0, 0: mean 0.5, variance (4 * 0.25) / 3
+    0.5774
+    """
+    if n < 2:
+        return 0.0
+    return max(0.0, (squares - total * total / n) / (n - 1)) ** 0.5
 
 
 def verdict_tally(agents: Sequence[str], due: Sequence[bool | None]) -> dict[str, list[int]]:

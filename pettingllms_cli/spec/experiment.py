@@ -176,8 +176,13 @@ class AlgorithmSpec(Strict):
     lr: float = Field(2e-4, gt=0, description="AdamW learning rate for each adapter.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip per adapter.")
-    scale_rewards: bool = Field(
-        True, description="Divide group-centred rewards by the group std (GRPO); False only centres them."
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group",
+        description="What divides the group-centred rewards. `group`: the group's std (GRPO); at K=2 any two different "
+        "rewards become +-0.707, so a 0.1 format difference pushes as hard as a team success. `batch`: the std of all the "
+        "step's rewards (every rank's), one scale for every group. `none`: only centred (Dr. GRPO), so an advantage is as "
+        "large as the reward difference. The default stays `group` (the behaviour every README figure was measured with) "
+        "until the quickstart and a showcase pair are measured under each; true/false from older specs mean group/none.",
     )
     filter_zero_std: bool = Field(False, description="Drop groups whose rewards are all equal before the update.")
     tis_cap: float | None = Field(
@@ -188,6 +193,12 @@ class AlgorithmSpec(Strict):
         "vLLM's, detached (1 for tokens vLLM did not record), to correct for vLLM and the trainer disagreeing on the "
         "samples' probabilities. Typically 2 (verl, TRL); logs `tis_weight/<agent>`. Unset: no correction (docs/vllm.md).",
     )
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _scale_rewards_was_a_boolean(cls, value: Any) -> Any:
+        """Specs saved when scale_rewards was true/false still load (and compare as the same run)."""
+        return {True: "group", False: "none"}.get(value, value) if isinstance(value, bool) else value
 
     @field_validator("group_size")
     @classmethod

@@ -33,7 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.distill import distill
-from pettingllms_cli.algorithms.grpo import group_advantages, verdict_tally, verdict_weights, zero_std_groups
+from pettingllms_cli.algorithms.grpo import batch_std, group_advantages, verdict_tally, verdict_weights, zero_std_groups
 from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import AgentStats, update
 from pettingllms_cli.analysis.evaluate import evaluate
@@ -297,7 +297,10 @@ def assign_advantages(spec: Experiment, samples: list[Sample], verdicts: dict[st
     return the groups filtered out (zero std)."""
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     groups = [s.group for s in samples]
-    advantages = group_advantages(rewards, groups, scale=spec.algorithm.scale_rewards)
+    scale, spread = spec.algorithm.scale_rewards, None
+    if scale == "batch":  # one std over every rank's rewards, so ranks agree with one process
+        spread = batch_std(*distributed.all_reduce_sum([len(rewards), rewards.sum(), (rewards**2).sum()]).tolist())
+    advantages = group_advantages(rewards, groups, scale=scale, batch_std=spread)
     if verdicts:
         advantages = advantages * verdict_weights([s.agent for s in samples], [s.verdict_due for s in samples], verdicts)
     for s, a in zip(samples, advantages.tolist(), strict=True):

@@ -4,7 +4,12 @@ The database file is opened with a `file:...?mode=ro` URI and `PRAGMA query_only
 authorizer allows only reads (no `ATTACH`, `PRAGMA`, DDL or DML), so no statement can change
 any file; a progress handler aborts queries that run past the time limit; no string or blob may
 grow past 1 MiB (one huge `randomblob` would run past any time limit); at most `max_rows`
-rows come back. Errors are returned, never raised, so the env can turn them into a penalty.
+rows come back; `load_extension` and `printf` are refused. Errors are returned, never raised, so the env can
+turn them into a penalty.
+
+What reaches a prompt is bounded too: `QueryResult.render` shows each value in at most `VALUE_CHARS` characters
+(a blob as hex) and the whole rendering in at most `RENDER_CHARS`, marking every cut (`... 1.0 MB cut`): twenty
+rows of `zeroblob(1000000)` once put megabytes into the next agent's prompt.
 """
 
 from __future__ import annotations
@@ -15,9 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from pettingllms_cli.tools.bounds import clip, human_size
+
 TIME_LIMIT_S = 1.0
 MAX_ROWS = 20
 MAX_VALUE_BYTES = 1 << 20  # longest string or blob a query may build: the time limit cannot stop one long call
+VALUE_CHARS = 200  # characters one rendered value may take
+RENDER_CHARS = 2000  # characters the whole rendering may take
 
 
 @dataclass
@@ -29,20 +38,37 @@ class QueryResult:
     truncated: bool = False
 
     def render(self, limit: int = 5) -> str:
-        """Rows as short text for a prompt.
+        """Rows as short text for a prompt: each value and the whole text bounded, every cut marked.
 
         >>> QueryResult(True, ["n"], [(3,)]).render()
         '(3)'
         >>> QueryResult(False, error="no such table: x").render()
         'error: no such table: x'
+        >>> QueryResult(True, ["b"], [(bytes(1000000),)]).render()[-30:]
+        '0000000000... 1.0 MB blob cut)'
         """
         if not self.ok:
-            return f"error: {self.error}"
+            return clip(f"error: {self.error}", RENDER_CHARS)
         if not self.rows:
             return "(no rows)"
-        lines = ["(" + ", ".join(str(v) for v in row) + ")" for row in self.rows[:limit]]
+        lines = ["(" + ", ".join(render_value(v) for v in row) + ")" for row in self.rows[:limit]]
         more = len(self.rows) - limit
-        return "\n".join(lines) + (f"\n... {more} more rows" if more > 0 else "")
+        return clip("\n".join(lines) + (f"\n... {more} more rows" if more > 0 else ""), RENDER_CHARS)
+
+
+def render_value(value: object, limit: int = VALUE_CHARS) -> str:
+    """One value in at most `limit` characters: a blob as SQLite's hex literal, cut and marked when long.
+
+    >>> render_value(b"\\x01\\x02"), render_value("x" * 500, 30)
+    ("x'0102'", 'xxxxxxxxxxxxxxxx ... 484 B cut')
+    """
+    if isinstance(value, bytes | bytearray | memoryview):
+        blob = bytes(value[: limit // 2])  # never hex-encode a megabyte to show a hundred characters of it
+        if len(value) * 2 + 3 <= limit:
+            return f"x'{blob.hex()}'"
+        mark = f"... {human_size(len(value))} blob cut"
+        return f"x'{blob.hex()}"[: max(0, limit - len(mark))] + mark
+    return clip(str(value), limit)
 
 
 def connect_readonly(path: Path) -> sqlite3.Connection:
@@ -60,7 +86,8 @@ _ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
 
 
 # printf('%.*c', 1e9, 'x') loops a billion times inside one call (12 s), past the progress handler's reach.
-_DENIED_FUNCTIONS = frozenset({"printf", "format"})
+# load_extension would run native code (Python builds SQLite with it off; refused here all the same).
+_DENIED_FUNCTIONS = frozenset({"printf", "format", "load_extension"})
 
 
 def _authorize(action: int, arg1: object = None, arg2: object = None, *_: object) -> int:

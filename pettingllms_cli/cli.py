@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import shlex
 import sys
@@ -18,9 +19,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from pettingllms_cli import distributed
-from pettingllms_cli.errors import UserError
+from pettingllms_cli.errors import Stopped, UserError
 from pettingllms_cli.jsonio import write_json
 from pettingllms_cli.memory import return_large_frees_to_os
+from pettingllms_cli.spec.limits import MAX_PROBLEMS, MAX_SEED, MAX_SEEDS, MAX_STEPS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train teams of LLM agents with multi-agent RL (AT-GRPO).")
 models_app = typer.Typer(no_args_is_help=True, help="Built-in offline models.")
@@ -33,6 +35,15 @@ console = Console()
 def say(message: str) -> None:
     """Print a plain line: paths and names are never read as rich markup (`[x]` in a path stays)."""
     console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def out_path(value: str | None) -> Path | None:
+    """`--out` as a path; an empty one is a usage error (Path("") is the current folder, which --overwrite would clear)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise UserError(f"--out {value!r}: an empty path; name a folder (e.g. --out runs/my_run)")
+    return Path(value)
 
 
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a spec field: dotted.key=value (repeatable).")]
@@ -52,10 +63,10 @@ def _load(spec_path: Path, overrides: list[str] | None, max_steps: int | None = 
 @app.command()
 def train(
     spec: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
-    out: Annotated[Path | None, typer.Option(help="Run directory (default: output_dir or runs/<name>).")] = None,
+    out: Annotated[str | None, typer.Option(help="Run directory (default: output_dir or runs/<name>).")] = None,
     set_: SetOpt = None,
-    max_steps: Annotated[int | None, typer.Option(help="Override train.steps.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Override the seed.")] = None,
+    max_steps: Annotated[int | None, typer.Option(min=1, max=MAX_STEPS, help="Override train.steps.")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, max=MAX_SEED, help="Override the seed.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the newest complete checkpoint in the run directory.")] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing run directory.")] = False,
     force: Annotated[
@@ -66,6 +77,7 @@ def train(
 
     SIGINT/SIGTERM stop after the current step with a checkpoint; --resume continues exactly.
     """
+    run_dir = out_path(out)
     experiment = _load(spec, set_, max_steps, seed)
     _check_models(experiment)
     if force and not resume:
@@ -74,7 +86,7 @@ def train(
         raise UserError("--resume and --overwrite contradict each other: --resume continues the run, --overwrite deletes it")
     from pettingllms_cli.training.loop import train as run_training
 
-    run_dir = out or experiment.run_dir
+    run_dir = run_dir or experiment.run_dir
     again = [*distributed.relaunch(), "train", str(spec), "--out", str(run_dir)]
     again += [arg for item in set_ or [] for arg in ("--set", item)]
     again += ["--max-steps", str(max_steps)] if max_steps is not None else []
@@ -171,8 +183,8 @@ def envs_list() -> None:
 def envs_check(
     name: Annotated[str, typer.Argument(help="Registered env name (see `pettingllms envs list`).")],
     data: Annotated[str, typer.Option(help="A data file in a format the env reads, or `generated`.")] = "generated",
-    limit: Annotated[int, typer.Option(min=1, help="Problems per split (train and test) to replay.")] = 8,
-    seed: Annotated[int, typer.Option(help="Seed for generated problems.")] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_PROBLEMS, help="Problems per split (train and test) to replay.")] = 8,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed for generated problems.")] = 0,
 ) -> None:
     """Check an env's contract and replay reference (must solve) and corrupted (must fail) solutions."""
     from pettingllms_cli.envs import ENVS
@@ -200,21 +212,26 @@ def eval_(
     ] = None,
     split: Annotated[str, typer.Option(help="`test` (held-out) or `train`.")] = "test",
     episodes: Annotated[
-        int | None, typer.Option(min=1, help="Problems to score, one episode each (default: env.eval_problems).")
+        int | None,
+        typer.Option(min=1, max=MAX_PROBLEMS, help="Problems to score, one episode each (default: env.eval_problems)."),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed for generated problems and sampling (default: the spec's seed).")] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(min=0, max=MAX_SEED, help="Seed for generated problems and sampling (default: the spec's seed)."),
+    ] = None,
     temperature: Annotated[
         float | None, typer.Option(help="Sample at this temperature (> 0) instead of greedy decoding.")
     ] = None,
     out: Annotated[
-        Path | None, typer.Option(help="Write the full result (per-episode outcomes, transcripts) to this JSON file.")
+        str | None, typer.Option(help="Write the full result (per-episode outcomes, transcripts) to this JSON file.")
     ] = None,
 ) -> None:
     """Score a run, a checkpoint or an untrained spec on held-out problems."""
     from pettingllms_cli.training.eval_target import resolve_target, run_eval
 
-    if temperature is not None and temperature <= 0:
-        raise UserError(f"--temperature {temperature}: must be > 0; omit it for greedy decoding")
+    out = out_path(out)
+    if temperature is not None and not (math.isfinite(temperature) and temperature > 0):
+        raise UserError(f"--temperature {temperature}: must be a finite number > 0; omit it for greedy decoding")
     _check_models(resolve_target(target).spec)
     from pettingllms_cli.training.lock import writer_lock
     from pettingllms_cli.training.rundir import run_dir_of
@@ -248,9 +265,9 @@ def compare(
     specs: Annotated[
         list[Path], typer.Argument(help="Two or more experiment YAML files; the first is baseline A of the ratios.")
     ],
-    seeds: Annotated[int, typer.Option(min=1, help="Seeds per spec (0..N-1); each spec x seed is one run.")] = 3,
-    max_steps: Annotated[int | None, typer.Option(min=1, help="Override train.steps for every spec.")] = None,
-    out: Annotated[Path, typer.Option(help="Folder for the runs (<out>/<name>/seed<k>) and compare.md/json/html.")] = Path(
+    seeds: Annotated[int, typer.Option(min=1, max=MAX_SEEDS, help="Seeds per spec (0..N-1); each spec x seed is one run.")] = 3,
+    max_steps: Annotated[int | None, typer.Option(min=1, max=MAX_STEPS, help="Override train.steps for every spec.")] = None,
+    out: Annotated[str, typer.Option(help="Folder for the runs (<out>/<name>/seed<k>) and compare.md/json/html.")] = (
         "runs/compare"
     ),
     allow_unequal: Annotated[
@@ -262,7 +279,7 @@ def compare(
         ),
     ] = False,
     episodes: Annotated[
-        int | None, typer.Option(min=1, help="Held-out problems (default: the first spec's eval_problems).")
+        int | None, typer.Option(min=1, max=MAX_PROBLEMS, help="Held-out problems (default: the first spec's eval_problems).")
     ] = None,
     threshold: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Held-out success (train.eval_every curve) that counts as converged.")
@@ -285,12 +302,25 @@ def compare(
     from pettingllms_cli.training.compare import compare as run_compare
     from pettingllms_cli.training.compare import console_table, ratios_table
 
+    out = out_path(out)
     if budget not in BUDGETS:
         raise UserError(f"--budget {budget!r}: use one of {', '.join(BUDGETS)}")
     for path in specs:
         _check_models(load_spec(path))
+    again = shlex.join([*distributed.relaunch(), *sys.argv[1:]])  # the rerun that continues a stopped compare
     result = run_compare(
-        specs, seeds, max_steps, out, allow_unequal, episodes, threshold, window, console=console, budget=budget, data=data
+        specs,
+        seeds,
+        max_steps,
+        out,
+        allow_unequal,
+        episodes,
+        threshold,
+        window,
+        console=console,
+        budget=budget,
+        data=data,
+        again=again,
     )
     console.print(result["verdict"], markup=False, highlight=False)
     console.print(console_table(result))
@@ -302,10 +332,12 @@ def compare(
 def report(run_dir: Annotated[Path, typer.Argument(help="A run directory written by `pettingllms train`.")]) -> None:
     """(Re)write a run's report.md and self-contained report.html with plots."""
     from pettingllms_cli.analysis.report import write_report
+    from pettingllms_cli.training.lock import writer_lock
 
     if not run_dir.is_dir() or not ((run_dir / "metrics.jsonl").is_file() or (run_dir / "spec.yaml").is_file()):
         raise UserError(f"{run_dir}: not a run directory (no metrics.jsonl or spec.yaml); pass the --out folder of `train`")
-    md = write_report(run_dir)
+    with writer_lock(run_dir, "then run `pettingllms report` again once it ends (train writes the report itself)"):
+        md = write_report(run_dir)
     say(f"wrote {md} and {run_dir / 'report.html'}")
 
 
@@ -318,6 +350,11 @@ def _say_interrupted() -> None:
 
     reason = abort_reason() or "interrupted (Ctrl-C); the command did not finish"
     Console(stderr=True).print(f"aborted: {reason}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _say_error(message: str) -> None:
+    """One `error:` line on stderr, never read as rich markup."""
+    Console(stderr=True).print(f"[red]error:[/red] {escape(' '.join(message.splitlines()))}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:
@@ -342,20 +379,22 @@ def main() -> None:
                 _say_interrupted()
             sys.exit(code)
         distributed.shutdown(succeeded=True)
+    except Stopped as e:  # a graceful stop: what was kept, what is missing, how to go on
+        Console(stderr=True).print(" ".join(str(e).splitlines()), markup=False, highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
     except UserError as e:
-        message = escape(" ".join(str(e).splitlines()))  # one line, and never read as rich markup
-        Console(stderr=True).print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+        _say_error(str(e))
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
         _say_interrupted()
         sys.exit(INTERRUPTED)
-    except Exception as e:  # click usage errors carry their own exit code
+    except Exception as e:  # usage errors (a bad flag value, an unknown option) carry their own exit code
         import click
 
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
+        if isinstance(e, click.exceptions.ClickException | typer.TyperException) and hasattr(e, "format_message"):
+            _say_error(e.format_message())  # click's and typer's own (typer >= 0.29 vendors click): one line each
             sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Exit):
+        if isinstance(e, click.exceptions.Exit | typer.Exit):
             sys.exit(e.exit_code)
         raise
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 from pettingllms_cli.analysis.plots import Series, html_images, html_page, html_table, line_plot, md_table, write_files
@@ -25,7 +26,11 @@ PLOTS = {  # file stem -> (metric prefix or key, title, y label)
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """The step records of metrics.jsonl; a line cut short by a crash (or not a step record) is left out."""
+    """The step records of metrics.jsonl; a line cut short by a crash (or not a step record) is left out.
+
+    A value the report reads as a number but that is not a finite one (`"NaN"`, a dict, inf) is dropped from its
+    row, as if not logged; a row without a whole step and a finite team_success_rate is left out.
+    """
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return []
@@ -35,9 +40,21 @@ def read_metrics(run_dir: Path) -> list[dict]:
             row = json.loads(line)
         except ValueError:
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and "team_success_rate" in row:
-            rows.append(row)
+        if isinstance(row, dict) and type(row.get("step")) is int and _number(row.get("team_success_rate")):
+            rows.append({k: v for k, v in row.items() if not _plotted(k) or v is None or _number(v)})
     return rows
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _plotted(key: str) -> bool:
+    """Keys the report reads as numbers (plots, tables, the summary)."""
+    return key in NUMERIC_KEYS or key.startswith(tuple(k for k, _, _ in PLOTS.values() if k.endswith("/")))
+
+
+NUMERIC_KEYS = {"heldout_success_rate", "best_branch_success_rate", "tokens_per_second", "seconds"}
 
 
 def read_eval(path: Path) -> dict | None:
@@ -141,8 +158,8 @@ def step_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
             r.get("heldout_success_rate"),
             r["team_success_rate"],
             r.get("best_branch_success_rate"),
-            *(r[f"reward/{a}"] for a in agents),
-            f"{r.get('tokens_per_second', 0.0):.1f}",
+            *(r.get(f"reward/{a}") for a in agents),
+            f"{r.get('tokens_per_second') or 0.0:.1f}",
             r.get("seconds"),
         ]
         for r in rows
@@ -152,11 +169,11 @@ def step_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
 
 def training_summary(rows: list[dict]) -> str:
     first, last = quarter_means(rows, "team_success_rate")
-    tps = sum(r.get("tokens_per_second", 0.0) for r in rows) / len(rows)
+    tps = sum(r.get("tokens_per_second") or 0.0 for r in rows) / len(rows)  # null: not measured that step
     return (
         f"Training team success rate, first quarter of steps {first:.3f} -> last quarter {last:.3f} "
         f"({(last - first) * 100:+.1f} points). Mean {tps:.1f} generated tokens/s; "
-        f"{sum(r.get('seconds', 0.0) for r in rows):.0f} s in {len(rows)} steps."
+        f"{sum(r.get('seconds') or 0.0 for r in rows):.0f} s in {len(rows)} steps."
     )
 
 

@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.spec.limits import MAX_DEPTH, MAX_NODES, MAX_PROBLEMS, MAX_PROBLEMS_PER_STEP, MAX_SEED, MAX_STEPS
+from pettingllms_cli.spec.safe_yaml import DuplicateKey, TooDeep, load_text, tree_problem
 from pettingllms_cli.spec.sampler_settings import VllmSettings
 
 NAME_RE = r"^[A-Za-z][A-Za-z0-9_]*$"  # use with re.fullmatch: `$` alone also matches before a trailing newline
@@ -21,7 +23,20 @@ MAX_GROUP_SIZE = 256  # K samples are generated in one batch per group; far past
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown keys, NaN/inf and true/false where a number belongs are errors naming the field."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and field.annotation in NUMBER_TYPES:
+            raise ValueError(f"expects a number, not {str(value).lower()}")
+        return value
+
+
+NUMBER_TYPES = (int, float, int | None, float | None)  # fields where YAML's true/false would pass as 1/0
 
 
 class EnvSpec(Strict):
@@ -38,7 +53,9 @@ class EnvSpec(Strict):
     eval_problems: int = Field(
         16,
         ge=1,
-        description="Held-out problems scored greedily before and after training (report.md). A data file holds out its "
+        le=MAX_PROBLEMS,
+        description=f"Held-out problems scored greedily before and after training (report.md), 1 to {MAX_PROBLEMS:,}. "
+        "A data file holds out its "
         "last fifth (at least 1; the bundled samples: code_v0 5, function_call_v0 4, sql_v0 7); asking for more is an error.",
     )
     options: dict[str, Any] = Field(default_factory=dict, description="Env-specific options (see the env's docstring).")
@@ -111,17 +128,26 @@ class AssignmentSpec(Strict):
         "agent (j + e) mod n, agents sorted by name), `adaptive` (UCB on each agent's recent team success per role).",
     )
     ucb_c: float = Field(1.0, ge=0, description="`adaptive`: weight of the UCB exploration bonus c * sqrt(ln N / n).")
-    window: int = Field(32, ge=1, description="`adaptive`: recent episodes per (agent, role) whose mean success is the estimate.")
+    window: int = Field(
+        32,
+        ge=1,
+        le=MAX_PROBLEMS,
+        description=f"`adaptive`: recent episodes per (agent, role) whose mean success is the estimate (1 to {MAX_PROBLEMS:,}).",
+    )
 
 
 class DistillSpec(Strict):
     source: str = Field(description="Agent whose best trajectories become supervised targets.")
     targets: list[str] = Field(min_length=1, description="Agents trained to reproduce them (text level: any tokenizer).")
-    every: int = Field(1, ge=1, description="Distil every N steps (after that step's RL update).")
+    every: int = Field(
+        1, ge=1, le=MAX_STEPS, description=f"Distil every N steps (after that step's RL update), 1 to {MAX_STEPS:,}."
+    )
     top_k: int = Field(
         4,
         ge=1,
-        description="The source's best samples (by reward) used per distillation step, among those that led the team to "
+        le=MAX_PROBLEMS_PER_STEP,
+        description=f"The source's best samples (by reward) used per distillation step (1 to {MAX_PROBLEMS_PER_STEP:,}), "
+        "among those that led the team to "
         "success and were not cut off at max_new_tokens.",
     )
     require_success: bool = Field(
@@ -214,16 +240,32 @@ class AlgorithmSpec(Strict):
 
 
 class TrainSpec(Strict):
-    steps: int = Field(20, ge=1, description="Optimizer steps (each over one batch of problems).")
-    problems_per_step: int = Field(4, ge=1, description="Problems rolled out per step.")
+    steps: int = Field(
+        20, ge=1, le=MAX_STEPS, description=f"Optimizer steps (each over one batch of problems), 1 to {MAX_STEPS:,}."
+    )
+    problems_per_step: int = Field(
+        4, ge=1, le=MAX_PROBLEMS_PER_STEP, description=f"Problems rolled out per step, 1 to {MAX_PROBLEMS_PER_STEP:,}."
+    )
     max_new_tokens: int = Field(24, ge=1, le=4096, description="Tokens sampled per action at most.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (log-probs use the same temperature).")
-    checkpoint_every: int = Field(5, ge=1, description="Save adapters and optimizer state every N steps (and at the end).")
-    log_every: int = Field(1, ge=1, description="Refresh the progress bar's status (success, tokens/s) every N steps.")
+    checkpoint_every: int = Field(
+        5,
+        ge=1,
+        le=MAX_STEPS,
+        description="Save adapters and optimizer state every N steps (and at the end); N up to train.steps' bound.",
+    )
+    log_every: int = Field(
+        1,
+        ge=1,
+        le=MAX_STEPS,
+        description="Refresh the progress bar's status (success, tokens/s) every N steps; N up to train.steps' bound.",
+    )
     max_skipped_in_a_row: int = Field(
         3,
         ge=1,
-        description="Stop the run when an agent's update is skipped (non-finite loss or gradient) this many steps in a row.",
+        le=MAX_STEPS,
+        description="Stop the run when an agent's update is skipped (non-finite loss or gradient) this many steps in a row "
+        "(up to train.steps' bound).",
     )
     eval_every: int | None = Field(
         None,
@@ -232,7 +274,11 @@ class TrainSpec(Strict):
         "from this held-out curve. 1 <= N <= steps. Unset: held-out scores only before and after training.",
     )
     eval_subset: int = Field(
-        8, ge=1, description="Held-out problems scored every `eval_every` steps: the first N of the held-out set (fixed)."
+        8,
+        ge=1,
+        le=MAX_PROBLEMS,
+        description="Held-out problems scored every `eval_every` steps: the first N of the held-out set (fixed), "
+        f"1 to {MAX_PROBLEMS:,}.",
     )
 
     @model_validator(mode="after")
@@ -257,7 +303,7 @@ class ToolsSpec(Strict):
 
 class Experiment(Strict):
     name: str = Field(pattern=NAME_RE, description="Experiment name; the default run directory is `runs/<name>`.")
-    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for problems, sampling and initial adapters.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description=f"Seed for problems, sampling and initial adapters, 0 to {MAX_SEED:,}.")
     env: EnvSpec = Field(description="The environment and its data.")
     models: dict[str, ModelSpec] = Field(min_length=1, description="Named base models.")
     agents: dict[str, AgentSpec] = Field(min_length=1, description="Trainable agents; each plays one or more roles.")
@@ -456,7 +502,9 @@ def apply_overrides(tree: dict, overrides: list[str]) -> dict:
             raise UserError(f"--set {item!r}: expected dotted.key=value")
         key, raw = item.split("=", 1)
         try:
-            value = yaml.safe_load(raw)
+            value = load_text(raw, MAX_DEPTH)
+        except (DuplicateKey, TooDeep) as e:
+            raise UserError(f"--set {item!r}: {getattr(e, 'problem', None) or e}") from None
         except yaml.YAMLError:
             value = raw
         _set_dotted(tree, key.strip(), value)
@@ -469,9 +517,13 @@ def read_yaml(path: Path) -> dict:
         raise UserError(f"{path}: no such spec file")
     try:
         text = path.read_text(encoding="utf-8")
-        tree = yaml.safe_load(text)
+        tree = load_text(text, MAX_DEPTH)
     except UnicodeDecodeError:
         raise UserError(f"{path}: not a text file; a spec is UTF-8 YAML") from None
+    except (DuplicateKey, TooDeep) as e:
+        raise UserError(f"{path}: {getattr(e, 'problem', None) or e}") from None
+    except RecursionError:  # past what the depth scan caught (a complex key): still one line
+        raise UserError(f"{path}: nested too deeply to read; a spec needs about 5 levels") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -485,6 +537,9 @@ def read_yaml(path: Path) -> dict:
 
 
 def parse_spec(tree: dict, origin: str = "<spec>") -> Experiment:
+    problem = tree_problem(tree, MAX_NODES)  # NaN/inf anywhere (env.options too), or an alias bomb
+    if problem:
+        raise UserError(f"{origin}: {problem}")
     try:
         return Experiment.model_validate(tree)
     except ValidationError as e:

@@ -10,7 +10,7 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the max_lora_rank values 
 class VllmSettings(BaseModel):
     """How each base's vLLM engine is built; one engine per base model, beside the trainer."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpu_memory_utilization: float = Field(
         0.4,

@@ -238,11 +238,45 @@ def load_adapters(team: Team, folder: Path) -> None:
 
 def read_state(folder: Path) -> dict:
     """The trainer state of a checkpoint, or a UserError that says what to do with a damaged one."""
+    state, problem = _load_state(folder)
+    if problem is not None:
+        raise UserError(f"{folder / STATE_FILE}: {problem}; delete {folder} to resume from the one before")
+    return state
+
+
+def _load_state(folder: Path) -> tuple[dict, str | None]:
+    """(trainer state, None), or ({}, why it cannot be used): truncated, foreign, or loading but not what we write."""
     try:
-        return torch.load(folder / STATE_FILE, weights_only=True)
+        state = torch.load(folder / STATE_FILE, weights_only=True)
     except Exception as e:  # a truncated or foreign file: name it, never a traceback
-        why = f"{folder / STATE_FILE}: unreadable checkpoint ({type(e).__name__})"
-        raise UserError(f"{why}; delete {folder} to resume from the one before") from None
+        return {}, f"unreadable checkpoint ({type(e).__name__})"
+    problem = state_problem(state)
+    return (state, None) if problem is None else ({}, f"damaged checkpoint ({problem})")
+
+
+STATE_SHAPE = {"optimizers": dict, "rng": dict, "roles": (dict, type(None)), "skipped_in_a_row": dict, "verdicts": dict}
+STATE_SHAPE |= {"data": dict, "spec": dict}  # each key's type where present; step, optimizers and rng must be
+
+
+def state_problem(state: object) -> str | None:
+    """What makes a loaded trainer state unusable (not a dict, a key missing or of the wrong type), or None.
+
+    >>> state_problem([]), state_problem({"step": True, "optimizers": {}, "rng": {}})
+    ('a list, not a dict', 'step is a bool, not an int')
+    """
+    if not isinstance(state, dict):
+        return f"a {type(state).__name__}, not a dict"
+    if type(state.get("step")) is not int:
+        return f"step is a {type(state.get('step')).__name__}, not an int" if "step" in state else "no step"
+    for key, kind in STATE_SHAPE.items():
+        if key in ("optimizers", "rng") and key not in state:
+            return f"no {key}"
+        if key in state and not isinstance(state[key], kind):
+            return f"{key} is a {type(state[key]).__name__}"
+    if any(not isinstance(v, dict) for v in state["optimizers"].values()):
+        return "an optimizer state that is not a dict"
+    missing = [k for k in ("python", "numpy", "torch") if k not in state["rng"]]
+    return f"rng lacks {', '.join(missing)}" if missing else None
 
 
 def usable_checkpoint(run_dir: Path, agents: list[str]) -> tuple[Path | None, dict | None, list[str]]:
@@ -252,13 +286,14 @@ def usable_checkpoint(run_dir: Path, agents: list[str]) -> tuple[Path | None, di
     damaged afterwards (a disk error, a truncated copy): --resume then falls back to the one before.
     """
     skipped = []
-    for _, folder in reversed(complete_checkpoints(run_dir)):
+    for step, folder in reversed(complete_checkpoints(run_dir)):
         check_agent_names(folder, agents)
         problem = adapter_problem(folder, agents)
-        try:
-            state = None if problem else read_state(folder)
-        except UserError:
-            problem = f"unreadable {STATE_FILE}"
+        state, trouble = _load_state(folder) if problem is None else ({}, None)
+        if trouble is not None:
+            problem = f"{STATE_FILE}: {trouble}"
+        elif problem is None and state["step"] != step:
+            problem = f"{STATE_FILE} holds step {state['step']}"
         if problem is None:
             return folder, state, skipped
         skipped.append(f"skipped {folder.name}: {problem}")
@@ -296,7 +331,12 @@ def load_checkpoint(team: Team, optimizers: dict[str, torch.optim.Optimizer], fo
             ) from None
         for group in opt.param_groups:  # hyper-parameters follow the spec (they differ only after --force)
             group["lr"], group["weight_decay"] = algo.lr, algo.weight_decay
-    set_rng_state(state["rng"])
+    try:
+        set_rng_state(state["rng"])
+    except (TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError) as e:  # hand-edited RNG states
+        raise UserError(
+            f"{folder / STATE_FILE}: damaged RNG state ({type(e).__name__}); delete {folder} to resume from the one before"
+        ) from None
     return state
 
 

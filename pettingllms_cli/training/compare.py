@@ -15,6 +15,7 @@ problems' content and the checkpoint, so a second call neither retrains nor re-s
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from pettingllms_cli.analysis.stats import (
 )
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import problems_fingerprint
-from pettingllms_cli.errors import UserError
+from pettingllms_cli.errors import Stopped, UserError
 from pettingllms_cli.jsonio import read_json, write_json
 from pettingllms_cli.spec import Experiment, load_spec
 
@@ -71,7 +72,14 @@ def seeded(path: Path, seed: int, max_steps: int | None, budget: list[str] | tup
 
 # --- one run: train or reuse, then score ------------------------------------------------------------
 def run_state(spec: Experiment, run_dir: Path) -> str:
-    """`done` (reuse), `partial` (resume), `stale` (replace) or `new`."""
+    """`done` (reuse), `partial` (resume), `stale` (replace), `new`, or `foreign`: not a run, never replaced."""
+    from pettingllms_cli.training.rundir import not_a_run
+
+    state = _run_state(spec, run_dir)
+    return "foreign" if state == "stale" and not_a_run(run_dir) else state
+
+
+def _run_state(spec: Experiment, run_dir: Path) -> str:
     from pettingllms_cli.training.checkpoint import complete_checkpoints
     from pettingllms_cli.training.rundir import as_current, holds_run, read_saved_spec
 
@@ -89,21 +97,27 @@ def run_state(spec: Experiment, run_dir: Path) -> str:
     return "done" if finished else ("partial" if steps else "stale")
 
 
-def ensure_run(spec: Experiment, run_dir: Path, console: Console) -> str:
-    """Train the run unless a finished one with this exact spec exists; returns what happened."""
+def ensure_run(spec: Experiment, run_dir: Path, console: Console, again: str | None = None) -> str:
+    """Train the run unless a finished one with this exact spec exists; returns what happened (`stopped`: a signal
+    stopped training after a checkpoint). `again` is the command that continues, printed by a stopped `train`."""
     from pettingllms_cli.training.loop import train
+    from pettingllms_cli.training.rundir import not_a_run
 
     state = distributed.on_main(run_state, spec, run_dir)  # one decision for all ranks: rank 0 may be writing run_dir
     if state == "done":
         console.print(f"reusing {run_dir} (same spec and seed, finished)", markup=False, highlight=False)
         return "reused"
+    if state == "foreign":
+        raise UserError(f"{not_a_run(run_dir)}; compare replaces only its own runs: move those files out or choose another --out")
     console.print(
         f"{'resuming' if state == 'partial' else 'training'} {run_dir}"
         + (" (spec changed)" if state == "stale" and run_dir.exists() else ""),
         markup=False,
         highlight=False,
     )
-    train(spec, run_dir, resume=state == "partial", overwrite=state == "stale", console=console)
+    train(spec, run_dir, resume=state == "partial", overwrite=state == "stale", console=console, resume_command=again)
+    if distributed.on_main(run_state, spec, run_dir) != "done":
+        return "stopped"
     return "resumed" if state == "partial" else "trained"
 
 
@@ -389,10 +403,12 @@ def compare(
     console: Console | None = None,
     budget: str = "actions",
     data: str | None = None,
+    again: str | None = None,
 ) -> dict:
-    """Train (or reuse) every spec x seed at levelled compute, score all on one held-out set, write the three files."""
-    from pettingllms_cli.training.lock import writer_lock
+    """Train (or reuse) every spec x seed at levelled compute, score all on one held-out set, write the three files.
 
+    `again` is the command that reruns this compare (printed when a signal stops it).
+    """
     console = console or Console()
     if seeds < 1:
         raise UserError(f"--seeds {seeds}: need at least one seed")
@@ -403,17 +419,8 @@ def compare(
         console.print("no held-out curve (train.eval_every unset): convergence will not be measured; set train.eval_every")
     base = specs[0]
     problems = held_out(base, episodes, data)
-    runs_by_spec = {}
-    for path, spec, extra in zip(paths, specs, levelled, strict=True):
-        runs = []
-        for seed in range(seeds):
-            run_spec = seeded(path, seed, max_steps, extra)
-            run_dir = out / spec.name / f"seed{seed}"
-            with writer_lock(run_dir, "then rerun this compare (finished runs are reused)"):  # one writer per run
-                status = ensure_run(run_spec, run_dir, console)
-                scored = score_run(run_spec, run_dir, problems)
-            runs.append(run_summary(run_spec, run_dir, status, scored, threshold, window))
-        runs_by_spec[spec.name] = runs
+    again = again or shlex.join(["pettingllms", "compare", *map(str, paths), "--seeds", str(seeds), "--out", str(out)])
+    runs_by_spec = train_arms(paths, specs, levelled, seeds, max_steps, out, problems, threshold, window, console, again)
     method, unit = interval_method(runs_by_spec), convergence_unit(budget, runs_by_spec)  # one of each for every arm
     rows = [spec_row(spec, path, runs_by_spec[spec.name], method, unit) for path, spec in zip(paths, specs, strict=True)]
     result = {
@@ -449,6 +456,56 @@ def compare(
     result["verdict"] = verdict(result)
     write_outputs(out, result)
     return result
+
+
+def train_arms(
+    paths: list[Path],
+    specs: list[Experiment],
+    levelled: list[list[str]],
+    seeds: int,
+    max_steps: int | None,
+    out: Path,
+    problems: list[Problem],
+    threshold: float,
+    window: int,
+    console: Console,
+    again: str,
+) -> dict[str, list[dict]]:
+    """Train (or reuse) and score every spec x seed in turn: {spec name: one summary per finished seed}.
+
+    The first SIGINT/SIGTERM in a training step finishes that step, checkpoints it and raises Stopped (exit 130)
+    naming the runs still missing; elsewhere (loading, scoring) it stops at once. A stopped seed is never summarised,
+    and the rerun resumes it. A second signal aborts at once, as in `train`.
+    """
+    from pettingllms_cli.training.graceful import GracefulStop, StopNow
+    from pettingllms_cli.training.lock import writer_lock
+
+    plan = [(path, spec, extra, seed) for path, spec, extra in zip(paths, specs, levelled, strict=True) for seed in range(seeds)]
+    names = [f"{spec.name} seed{seed}" for _, spec, _, seed in plan]
+    runs_by_spec: dict[str, list[dict]] = {spec.name: [] for spec in specs}
+    with GracefulStop() as stop:
+        stop.at_once()  # outside train's own steps there is no step to finish
+        for i, (path, spec, extra, seed) in enumerate(plan):
+            run_dir = out / spec.name / f"seed{seed}"
+            try:
+                run_spec = seeded(path, seed, max_steps, extra)
+                with writer_lock(run_dir, "then rerun this compare (finished runs are reused)"):  # one writer per run
+                    status = ensure_run(run_spec, run_dir, console, again)
+                    scored = score_run(run_spec, run_dir, problems) if status != "stopped" else {}
+            except StopNow as e:
+                raise Stopped(stopped_message(names[i:], e.signal_name, again)) from None
+            if status == "stopped":  # train finished its step, checkpointed and returned
+                raise Stopped(stopped_message(names[i:], f"{names[i]} checkpointed", again))
+            runs_by_spec[spec.name].append(run_summary(run_spec, run_dir, status, scored, threshold, window))
+    return runs_by_spec
+
+
+def stopped_message(missing: list[str], why: str, again: str) -> str:
+    """What a stopped compare kept, what it lacks and how to go on; no report is written, so none averages a partial seed."""
+    return (
+        f"compare stopped ({why}): finished runs are kept and will be reused; missing: {', '.join(missing)}; "
+        f"no compare report was written (it would average unfinished seeds); continue with: {again}"
+    )
 
 
 def held_out(base: Experiment, episodes: int | None, data: str | None) -> list[Problem]:

@@ -53,6 +53,8 @@ def resume_state(
     for leftover in remove_stale(run_dir):
         console.print(f"removed {leftover.name}: a checkpoint write that was interrupted")
     checkpoint, saved, skipped = usable_checkpoint(run_dir, sorted(spec.agents))
+    if (checkpoint is None or saved is None) and skipped:  # checkpoints exist, none loads: restarting would hide it
+        raise UserError(f"{run_dir}: no usable checkpoint ({'; '.join(skipped)}); restore one, or start again with --overwrite")
     for note in skipped:
         console.print(f"{note}; resuming from an earlier checkpoint", markup=False, highlight=False)
     if checkpoint is None or saved is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -32,14 +33,61 @@ def run_dir_of(path: Path) -> Path | None:
     return None
 
 
+# What a run writes at its top level; anything else is someone's file, and --overwrite refuses to delete it.
+RUN_ENTRIES = {
+    "spec.yaml",
+    "checkpoints",
+    "metrics.jsonl",
+    "resumes.jsonl",
+    "resolved.json",
+    "eval_before.json",
+    "eval_after.json",
+    "compare_eval.json",
+    "report.md",
+    "report.html",
+    "plots",
+    LOCK_FILE,
+}
+LEFTOVER_RE = re.compile(r"^\.(.+\.tmp|write-probe)-\d+$")  # write_atomic's and probe_writable's files, cut by a kill
+
+
 def holds_run(run_dir: Path) -> bool:
     """Whether `run_dir` holds anything besides a writer lock file."""
     return run_dir.is_dir() and any(child.name != LOCK_FILE for child in run_dir.iterdir())
 
 
+def is_run(run_dir: Path) -> bool:
+    """A run directory: spec.yaml plus checkpoints or metrics (what `train` writes before its first step)."""
+    return (run_dir / "spec.yaml").is_file() and ((run_dir / "checkpoints").is_dir() or (run_dir / "metrics.jsonl").is_file())
+
+
+def foreign_entries(run_dir: Path) -> list[str]:
+    """Names in `run_dir` that no run writes (a user's files), sorted."""
+    names = (child.name for child in run_dir.iterdir()) if run_dir.is_dir() else ()
+    return sorted(n for n in names if n not in RUN_ENTRIES and not LEFTOVER_RE.match(n))
+
+
+def not_a_run(run_dir: Path) -> str | None:
+    """Why `run_dir` must not be cleared (it holds files but no run, or someone's files), or None (a run, or empty)."""
+    if not holds_run(run_dir):
+        return None
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        return f"{run_dir} is not a run directory: it holds {', '.join(foreign[:3])}{more}, which no run writes"
+    if not is_run(run_dir):
+        return f"{run_dir} is not a run directory (no spec.yaml with checkpoints or metrics.jsonl)"
+    return None
+
+
 def clear_run_dir(run_dir: Path) -> None:
-    """--overwrite: delete the run's files but keep the lock file this process holds (so no one else can start)."""
-    for child in run_dir.iterdir():
+    """--overwrite: delete the run's files but keep the lock file this process holds (so no one else can start).
+
+    Only entries a run writes are deleted, and only inside the resolved folder: a link is removed, never followed.
+    """
+    if not_a_run(run_dir):  # the caller checked; checked again because this deletes
+        raise UserError(f"{not_a_run(run_dir)}; refusing to delete it")
+    for child in run_dir.resolve().iterdir():
         if child.name == LOCK_FILE:
             continue
         if child.is_dir() and not child.is_symlink():
@@ -60,7 +108,7 @@ def prepare_run_dir(spec: Experiment, run_dir: Path, resume: bool, overwrite: bo
         raise UserError("--resume and --overwrite contradict each other: --resume continues the run, --overwrite deletes it")
     spec_file = run_dir / "spec.yaml"
     changes: dict = {}
-    if resume and spec_file.is_file():
+    if resume and is_run(run_dir):
         changes = spec_changes(read_saved_spec(spec_file), spec.model_dump(mode="json"))
         if changes and not force:
             listed = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in list(changes.items())[:4])
@@ -69,6 +117,8 @@ def prepare_run_dir(spec: Experiment, run_dir: Path, resume: bool, overwrite: bo
                 f"{run_dir}: --resume with a different spec than the run's spec.yaml ({listed}{more}); "
                 "use the same spec, another --out, or add --force to continue with the new spec"
             )
+    elif not_a_run(run_dir):  # someone's folder: neither continued nor replaced
+        raise UserError(f"{not_a_run(run_dir)}; choose another --out (only a run is ever replaced)")
     elif not resume and holds_run(run_dir):
         if not overwrite:
             raise UserError(f"{run_dir} already holds a run; pass --resume to continue it, --overwrite to replace it, or --out")
@@ -76,8 +126,9 @@ def prepare_run_dir(spec: Experiment, run_dir: Path, resume: bool, overwrite: bo
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe_writable(run_dir)
-        if not (resume and spec_file.is_file()):
+        if not (resume and is_run(run_dir)):
             write_atomic(spec_file, dump_spec(spec))
+        (run_dir / "checkpoints").mkdir(exist_ok=True)  # spec.yaml + checkpoints/: a run from the start (`is_run`)
     except OSError as e:
         why = e.strerror or e
         raise UserError(f"{run_dir}: cannot write the run directory ({why}); choose another --out or free disk space") from None

@@ -96,3 +96,19 @@ def test_scale_rewards_accepts_three_values_and_old_booleans(smoke_tree):
     assert parse_spec(smoke_tree).algorithm.scale_rewards == "group"  # the default is unchanged
     with pytest.raises(UserError, match="group.*batch.*none"):
         scale("std")
+
+
+@pytest.mark.parametrize("algorithm", [{"update_epochs": 2}, {"tis_cap": 2.0}])
+def test_lora_dropout_is_refused_where_the_ratio_needs_the_sampling_policy(smoke_tree, algorithm):
+    """Sampling runs without dropout, the update with it: a later pass's ratio and TIS would compare two policies."""
+    from pettingllms_cli.errors import UserError
+    from pettingllms_cli.spec import parse_spec
+
+    tree = {**smoke_tree, "algorithm": {**smoke_tree["algorithm"], **algorithm}, "sampler": "vllm"}
+    tree["agents"] = {name: {**agent, "lora": {"dropout": 0.1}} for name, agent in smoke_tree["agents"].items()}
+    with pytest.raises(UserError, match="lora.dropout"):
+        parse_spec(tree)
+    tree["agents"] = {name: {**agent, "lora": {"dropout": 0.0}} for name, agent in smoke_tree["agents"].items()}
+    parse_spec(tree)  # without dropout both are fine
+    one = {**smoke_tree, "agents": {n: {**a, "lora": {"dropout": 0.1}} for n, a in smoke_tree["agents"].items()}}
+    parse_spec(one)  # one on-policy pass: the ratio is 1 whatever the mode

@@ -122,3 +122,19 @@ def test_deferred_plays_on_only_the_envs_deferred_roles(smoke_tree):
         spec = parse_spec(tree)
         rollout = tree_rollout(ScriptedTeam(script, role_of), spec, [MathToolEnv(problem, "multi", 1, {})], k=2)
         assert rollout.lookahead_actions == actions, signal
+
+
+def test_deferred_roles_are_listed_from_each_envs_declaration():
+    """The schema text and docs/credit.md name every env's deferred roles (the team layouts' validators too)."""
+    from pathlib import Path
+
+    from pettingllms_cli.envs import ENVS
+    from pettingllms_cli.spec import Experiment
+
+    schema = Experiment.model_json_schema()["$defs"]["RewardSpec"]["properties"]["team_signal"]["description"]
+    docs = " ".join((Path(__file__).resolve().parents[1] / "docs" / "credit.md").read_text().split())
+    declared = {name: sorted(env.deferred_roles) for name, env in ENVS.items() if env.deferred_roles}
+    assert declared["math_tool_v0"] == ["planner", "validator"]  # the `team` layout's planner and validator
+    for name, roles in declared.items():
+        assert f"{name}: {', '.join(roles)}" in schema
+        assert f"`{name}`: {', '.join(roles)}" in docs

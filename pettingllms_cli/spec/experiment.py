@@ -93,6 +93,18 @@ class AgentSpec(Strict):
     lora: LoraSpec = Field(default_factory=LoraSpec, description="This agent's LoRA adapter.")
 
 
+def deferred_roles_text() -> str:
+    """Every env's `deferred_roles`, from the envs' own declarations (the one place they are listed).
+
+    >>> deferred_roles_text().split("; ")[0]
+    'code_v0: tester'
+    """
+    from pettingllms_cli.envs import ENVS  # no torch: `validate` and `schema` stay fast
+
+    declared = {name: sorted(env.deferred_roles) for name, env in sorted(ENVS.items()) if env.deferred_roles}
+    return "; ".join(f"{name}: {', '.join(roles)}" for name, roles in declared.items())
+
+
 class RewardSpec(Strict):
     team_weight: float = Field(1.0, ge=0, description="Weight of the team outcome in every agent's reward.")
     local_weight: float = Field(0.5, ge=0, description="Weight of the role's own (local) reward.")
@@ -105,7 +117,7 @@ class RewardSpec(Strict):
     team_signal: Literal["deferred", "turn_end", "immediate"] = Field(
         "deferred",
         description="The team outcome an action is credited with. `deferred`: for roles whose action only matters once "
-        "later roles act (the env's deferred_roles: function_call_v0 planner, code_v0 tester), each of the K candidates' "
+        f"later roles act (the env's deferred_roles: {deferred_roles_text()}), each of the K candidates' "
         "branches is played on to the end of the turn with one sample per later role (batched; one problem's play-outs "
         "share seeds) and scored there; other roles get the team reward right after their action. `turn_end`: every "
         "role but the turn's last is played on. Cost: K*(R-1-i) extra sampled actions per problem and turn for the "
@@ -376,6 +388,7 @@ class Experiment(Strict):
                 f"sampler: {self.sampler} the trainer samples itself, so there is nothing to correct; remove "
                 "algorithm.tis_cap, or set sampler: vllm"
             )
+        self._check_dropout()
         for name, model in self.models.items():
             problem = model_problem(model)
             if problem:
@@ -391,6 +404,18 @@ class Experiment(Strict):
             where = ".".join(str(part) for part in err["loc"])
             known = ", ".join(env_cls.Options.model_fields) or "none"
             raise ValueError(f"env.options.{where}: {err['msg']} ({self.env.name} takes: {known})") from None
+
+    def _check_dropout(self) -> None:
+        """Sampling runs in eval mode (no dropout) and the update in train mode: with LoRA dropout the log-probs a later
+        pass's ratio and TIS's weights are taken against come from another policy than the one that sampled."""
+        algo = self.algorithm
+        dropped = sorted(a for a, agent in self.agents.items() if agent.lora.dropout > 0)
+        uses = [k for k, on in (("update_epochs > 1", algo.update_epochs > 1), ("tis_cap", algo.tis_cap is not None)) if on]
+        if dropped and uses:
+            raise ValueError(
+                f"agents {dropped}: lora.dropout > 0 with algorithm.{' and '.join(uses)}: the sampling policy has no dropout "
+                "and the update's has, so the ratio and importance weights compare two policies; set lora.dropout: 0"
+            )
 
     def _check_team_options(self) -> None:
         from pettingllms_cli.envs import ENVS

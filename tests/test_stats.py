@@ -205,3 +205,10 @@ def test_both_arms_success_intervals_use_one_method():
     assert method == "wilson over episodes"
     assert success_interval([0.25, 0.75], 4, 8, method)[2] == success_interval([0.5, 0.5], 4, 8, method)[2] == method
     assert interval_method({"solo": runs["solo"], "team": runs["solo"]}) == "t over seeds"
+
+
+def test_spent_reads_a_damaged_count_as_zero():
+    from pettingllms_cli.training.compare import spent
+
+    s = spent([{"step": 1, "sampled_actions": 4, "seconds": None, "heldout_seconds": "slow"}, {"step": 2, "sampled_actions": 4}])
+    assert s["sampled_actions"] == 8 and s["wall_seconds"] == 0.0 and s["effective_optimizer_steps"] is None

@@ -15,6 +15,7 @@ problems' content and the checkpoint, so a second call neither retrains nor re-s
 from __future__ import annotations
 
 import hashlib
+import math
 import shlex
 from collections.abc import Iterable
 from pathlib import Path
@@ -216,9 +217,9 @@ def spent(rows: list[dict]) -> dict:
     >>> s["sampled_actions"], s["sampled_actions_per_step"], s["actions_total"], s["effective_optimizer_steps"]
     (48, 24.0, 48, None)
     """
-    actions = [r.get("sampled_actions", 0) + r.get("playout_actions", 0) + r.get("intent_actions", 0) for r in rows]
-    training = [r.get("training_seconds", r.get("seconds", 0.0)) for r in rows]
-    measuring = [r.get("on_policy_seconds", 0.0) + (r.get("heldout_seconds") or 0.0) for r in rows]
+    actions = [sum(_num(r.get(k)) for k in ("sampled_actions", "playout_actions", "intent_actions")) for r in rows]
+    training = [_num(r.get("training_seconds", r.get("seconds"))) for r in rows]
+    measuring = [_num(r.get("on_policy_seconds")) + _num(r.get("heldout_seconds")) for r in rows]
     totals = {
         "sampled_actions": _total(rows, "sampled_actions", 0),  # candidates in training groups (K per group)
         "playout_actions": _total(rows, "playout_actions", 0),  # played on to score candidates; not trained
@@ -241,7 +242,12 @@ def _total(rows: list[dict], key: str, missing: int | None) -> int | float | Non
     """The sum of `key` over the rows; `missing` when a row lacks it (None: the total is unknown)."""
     if missing is None and any(key not in r for r in rows):
         return None
-    return sum(r.get(key, missing) or 0 for r in rows)
+    return sum(_num(r.get(key)) for r in rows)
+
+
+def _num(value: object) -> int | float:
+    """A logged count or time; 0 for one that is missing or damaged (null, a string)."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) else 0
 
 
 # --- aggregation over seeds ---------------------------------------------------------------------------

@@ -3,11 +3,19 @@ about prefills: a conversation that ends with an assistant message asks the mode
 message (an env's action prefix such as `<tool_call>`, or coordination's `<intent>`), and the
 action is that prefix plus what the model generates. Everything that renders a prompt or turns a
 completion back into an action (policy/prompts.py, the rollout, coordination, distillation) uses these.
+
+Every message reaching a prompt is bounded (`bounded`): at most `OBSERVATION_CHARS` characters (about 2,000
+tokens), cut from the end with a visible mark (`... 3.2 MB cut`), so no tool result, judge reply or other
+agent's message can blow up the next prompt. policy/prompts.py applies it to every prompt it encodes and then
+fits the whole prompt into the model's context (docs/sandbox.md, "Bounded observations").
 """
 
 from __future__ import annotations
 
+from pettingllms_cli.tools.bounds import clip
+
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+OBSERVATION_CHARS = 8000  # characters one message may bring into a prompt (about 2,000 tokens)
 
 
 def continues(messages: list[Message]) -> bool:
@@ -42,3 +50,13 @@ def generated_part(messages: list[Message], action: str) -> str:
     """
     head = prefill(messages)
     return action[len(head) :] if action.startswith(head) else action
+
+
+def bounded(messages: list[Message], limit: int = OBSERVATION_CHARS) -> list[Message]:
+    """Each message cut to `limit` characters, marked; a final assistant prefill is the env's own and stays whole.
+
+    >>> bounded([{"role": "user", "content": "x" * 5000}], limit=30)[0]["content"]
+    'xxxxxxxxxxxxxxx ... 5.0 kB cut'
+    """
+    last = len(messages) - 1 if continues(messages) else len(messages)
+    return [m if i == last else {**m, "content": clip(m["content"], limit)} for i, m in enumerate(messages)]

@@ -102,7 +102,16 @@ class Team:
     def encode(self, agent: str, messages: list[Message]) -> list[int]:
         """Token ids of a conversation in the agent's base's tokenizer and template (policy/prompts.py)."""
         template = self.spec.models[self.spec.agents[agent].model].prompt_template
-        return prompts.encode(self.tokenizer_of(agent), messages, template)
+        return prompts.encode(self.tokenizer_of(agent), messages, template, self.prompt_budget(agent))
+
+    def prompt_budget(self, agent: str) -> int | None:
+        """Most prompt tokens: the base's context less the most tokens one sample generates (None: no known context)."""
+        context = getattr(self.model_of(agent).config, "max_position_embeddings", None)
+        if self.spec.sampler == "vllm" and self.spec.vllm.max_model_len:
+            context = min(context or self.spec.vllm.max_model_len, self.spec.vllm.max_model_len)
+        if not context:
+            return None
+        return max(1, context - max(self.spec.train.max_new_tokens, self.spec.coordination.intent_tokens))
 
     def decode(self, agent: str, ids: torch.Tensor) -> str:
         return self.tokenizer_of(agent).decode(ids, skip_special_tokens=True)

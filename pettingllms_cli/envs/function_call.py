@@ -12,10 +12,12 @@ Layouts:
   same prompt and rounds; a call that fits the schema runs and is handed in, one that does not
   fails and is retried with the error.
 
-Rewards per action: team = the current call matches the ground truth (AST-style: function
-name, no unknown arguments, every required argument present, each value among the accepted
-ones with BFCL's normalisation: ints accepted for floats, strings compared without case,
-spaces and punctuation). Local (named below): planner `PLAN_RIGHT` (1.0) for a correct function,
+Rewards per action: team = the current call matches the ground truth by the rules of BFCL's
+Python AST checker (bfcl_rules.py: the function name, every argument the schema requires, no
+unknown ones, exact types but an int for a float, array item types, strings compared without
+case, spaces and `,./-_*^`, exact numbers); option `scoring: lenient` relaxes three of them
+(docs/envs.md). In `team` and `solo` a call that matches is never rejected by the schema check.
+Local (named below): planner `PLAN_RIGHT` (1.0) for a correct function,
 `PLAN_OTHER` (0.2) for another offered one, `PLAN_NONE` (-0.1) for none; caller `CALL_INVALID`
 (-0.1) for an unparseable call or unknown function, else the share of ground-truth arguments it
 got right (the `team` planner and the `solo` caller too). `team` judges: `JUDGED_RIGHT` for a
@@ -34,9 +36,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
-from pettingllms_cli.envs import review
-from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pydantic import Field
+
+from pettingllms_cli.envs import bfcl_rules, review
+from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import OPEN, ToolCall, parse_tool_call, render_tool_call, strip_tool_results
 
@@ -63,7 +68,6 @@ READER_SHOTS = [
     ("Request: Find the area of a circle with radius 3.\nCall: circle_area(radius=3)\nResult: ran", "Yes."),
     ("Request: Find the area of a circle with radius 5.\nCall: circle_area(radius=3)\nResult: ran", "No: the radius is 5."),
 ]
-_STRIP_RE = re.compile(r"[ ,./\-_*^'\"]")
 # Rewards (see the module docstring): named here, not written into `_act`.
 PLAN_RIGHT = 1.0  # planner: a function the ground truth calls
 PLAN_OTHER = 0.2  # planner: another offered function (the format is right, the choice is not)
@@ -71,72 +75,27 @@ PLAN_NONE = -0.1  # planner: no offered function named
 CALL_INVALID = -0.1  # caller: no parseable <tool_call>, or a function that is not offered
 
 
-# --- matching (pure functions) ----------------------------------------------------------------
-def standardize(text: str) -> str:
-    """BFCL's string normalisation.
+# --- matching (pure functions; the rules are in bfcl_rules.py) --------------------------------------
+def score_call(call: ToolCall, gold: dict, schema: dict, lenient: bool = False) -> tuple[bool, float, str]:
+    """(matches by BFCL's rules, share of ground-truth arguments right, why not) for one call against one gold call.
 
-    >>> standardize("New York, NY")
-    'newyorkny'
+    >>> fn = {"name": "f", "parameters": {"properties": {"x": {"type": "integer"}, "u": {"type": "string"}}}}
+    >>> score_call(ToolCall("f", {"x": 1}), {"f": {"x": [1], "u": ["cm", ""]}}, fn)
+    (True, 1.0, '')
+    >>> score_call(ToolCall("f", {"x": 1, "u": "cm'"}), {"f": {"x": [1], "u": ["cm", ""]}}, fn)
+    (False, 0.5, "argument 'u' has a wrong value")
     """
-    return _STRIP_RE.sub("", text).lower()
-
-
-def same_value(value: object, gold: object, kind: str = "any") -> bool:
-    """Whether a model's argument equals one accepted value (BFCL's type rules).
-
-    >>> same_value(10, 10.0, "float"), same_value(10.0, 10, "integer"), same_value("Paris ", "paris")
-    (True, False, True)
-    >>> same_value(True, 1), same_value([1, 2], [1, 2], "array")
-    (False, True)
-    """
-    if isinstance(gold, bool) or isinstance(value, bool):
-        return type(value) is type(gold) and value == gold
-    if isinstance(gold, (int, float)):
-        if not isinstance(value, (int, float)) or (kind == "integer" and isinstance(value, float)):
-            return False
-        return abs(value - gold) <= 1e-9 * max(1.0, abs(gold))
-    if isinstance(gold, str):
-        return isinstance(value, str) and standardize(value) == standardize(gold)
-    if isinstance(gold, list):
-        return isinstance(value, list) and len(value) == len(gold) and all(map(same_value, value, gold))
-    if isinstance(gold, dict):
-        return isinstance(value, dict) and _dict_matches(value, gold)
-    return value == gold
-
-
-def _dict_matches(value: dict, gold: dict) -> bool:
-    for key, accepted in gold.items():
-        accepted = accepted if isinstance(accepted, list) else [accepted]
-        if key not in value:
-            if "" not in accepted:
-                return False
-        elif not any(same_value(value[key], a) for a in accepted if a != ""):
-            return False
-    return set(value) <= set(gold)
-
-
-def score_call(call: ToolCall, gold: dict, schema: dict) -> tuple[bool, float, str]:
-    """(matches, share of gold arguments right, why not) for one call against one gold call."""
     name, args = next(iter(gold.items()))
+    why = bfcl_rules.call_problem(call.name, call.arguments, gold, schema, lenient)
     if call.name != name:
-        return False, 0.0, f"function {call.name!r} does not answer this request"
+        return False, 0.0, why or ""
     props = schema.get("parameters", {}).get("properties", {})
-    unknown = [k for k in call.arguments if k not in props]
-    if unknown:
-        return False, 0.0, f"unknown argument {unknown[0]!r}"
-    right, problems = 0, []
-    for key, accepted in args.items():
-        kind = props.get(key, {}).get("type", "any")
-        if key not in call.arguments:
-            right += "" in accepted
-            if "" not in accepted:
-                problems.append(f"missing argument {key!r}")
-        elif any(same_value(call.arguments[key], a, kind) for a in accepted if a != ""):
-            right += 1
-        else:
-            problems.append(f"argument {key!r} has a wrong value")
-    share = right / max(1, len(args))
-    return not problems, share, "; ".join(problems)
+    right = sum(
+        (key in call.arguments and bfcl_rules.value_matches(call.arguments[key], accepted, props.get(key, {}), lenient))
+        or (key not in call.arguments and "" in accepted)
+        for key, accepted in args.items()
+    )
+    return why is None, right / max(1, len(args)), why or ""
 
 
 def signature(fn: dict) -> str:
@@ -152,7 +111,17 @@ def signature(fn: dict) -> str:
     return f"{fn['name']}({', '.join(args)})"
 
 
+class FunctionCallOptions(EnvOptions):
+    scoring: Literal["bfcl", "lenient"] = Field(
+        "bfcl",
+        description="How a call is judged right: `bfcl`, BFCL's own rules (the default, what reported figures use), "
+        "or `lenient`, which also drops quotes when comparing strings, accepts a float within 1e-9 of the answer "
+        "(relative) and an int for a float item of an array (docs/envs.md).",
+    )
+
+
 class FunctionCallEnv(TurnEnv):
+    Options = FunctionCallOptions
     name = "function_call_v0"
     layouts = {
         "multi": ("planner", "caller"),
@@ -178,6 +147,10 @@ class FunctionCallEnv(TurnEnv):
     @property
     def gold(self) -> list[dict]:
         return self.problem.answer
+
+    @property
+    def lenient(self) -> bool:
+        return self.options.get("scoring", "bfcl") == "lenient"
 
     # --- observations ---------------------------------------------------------------------
     def observe(self, role: str) -> list[Message]:
@@ -232,7 +205,7 @@ class FunctionCallEnv(TurnEnv):
             self.correct = False
             self.feedback = "Your last call used a function that is not offered."
             return Outcome(CALL_INVALID, 0.0, info={"tool_error": "unknown function"})
-        self.correct, share, why = _match_all([c for c in calls if isinstance(c, ToolCall)], self.gold, schemas)
+        self.correct, share, why = _match_all([c for c in calls if isinstance(c, ToolCall)], self.gold, schemas, self.lenient)
         self.feedback = None if self.correct else f"Your last call was wrong: {why}."
         return Outcome(
             share,
@@ -251,8 +224,9 @@ class FunctionCallEnv(TurnEnv):
         schemas = {f["name"]: f for f in self.functions}
         if not calls or isinstance(parsed[0], str) or any(c.name not in schemas for c in calls):
             return calls, problem, False, CALL_INVALID, problem or "no call"
-        matches, share, why = _match_all(calls, self.gold, schemas)
-        return calls, problem, matches and problem is None, share, why or (problem or "")
+        matches, share, why = _match_all(calls, self.gold, schemas, self.lenient)
+        problem = None if matches else problem  # the schema check never rejects what BFCL accepts (enum case, listed answers)
+        return calls, problem, matches, share, why or (problem or "")
 
     def _solo(self, text: str) -> Outcome:
         """The lone caller's call runs at once: one that fits the schema is handed in, one that does not fails."""
@@ -316,7 +290,9 @@ class FunctionCallEnv(TurnEnv):
             return "Yes." if self.pending_right else f"No: {self.pending_why}."
         if role == "planner" and self.layout == "multi":
             return PLAN_PREFIX + next(iter(self.gold[0]))
-        return "".join(render_tool_call(ToolCall(name, _reference_args(args))) for g in self.gold for name, args in g.items())
+        schemas = {f["name"]: f for f in self.functions}
+        calls = [ToolCall(name, _reference_args(args, _required(schemas[name]))) for g in self.gold for name, args in g.items()]
+        return "".join(render_tool_call(c) for c in calls)
 
     def corrupted_actions(self, role: str) -> list[str]:
         """Wrong function and wrong value (for the planner: a function that is not offered)."""
@@ -325,7 +301,7 @@ class FunctionCallEnv(TurnEnv):
         if role in ("validator", "reader"):
             return []
         name, args = next(iter(self.gold[0].items()))
-        good = _reference_args(args)
+        good = _reference_args(args, _required({f["name"]: f for f in self.functions}[name]))
         wrong_value = dict(good)
         if good:
             key = next(iter(good))
@@ -346,11 +322,11 @@ def _parse_calls(text: str) -> list[ToolCall | str]:
     return [parse_tool_call(text[i:]) for i in [m.start() for m in re.finditer(re.escape(OPEN), text)]]
 
 
-def _match_all(calls: list[ToolCall], gold: list[dict], schemas: dict) -> tuple[bool, float, str]:
+def _match_all(calls: list[ToolCall], gold: list[dict], schemas: dict, lenient: bool = False) -> tuple[bool, float, str]:
     """Each gold call matched by a distinct model call, in any order; no extra calls."""
     left, shares, why = list(calls), [], ""
     for g in gold:
-        scored = [(score_call(c, g, schemas[c.name]), i) for i, c in enumerate(left)]
+        scored = [(score_call(c, g, schemas[c.name], lenient), i) for i, c in enumerate(left)]
         if not scored:
             return False, sum(shares) / len(gold), "a call is missing"
         (ok, share, reason), i = max(scored, key=lambda s: (s[0][0], s[0][1]))
@@ -362,13 +338,25 @@ def _match_all(calls: list[ToolCall], gold: list[dict], schemas: dict) -> tuple[
     return matched, sum(shares) / len(gold), why or ("too many calls" if left else "")
 
 
-def _reference_args(args: dict) -> dict:
-    """The first accepted value of each argument; omittable ones whose first option is `""` are left out.
+def _reference_args(args: dict, required: frozenset[str] = frozenset()) -> dict:
+    """The first accepted value of each argument; omittable ones whose first option is `""` are left out, unless the
+    schema marks them required (BFCL's data has such records): then the first non-empty value.
 
     >>> _reference_args({"a": [1], "b": ["", 2], "c": [{"k": ["x", "y"]}]})
     {'a': 1, 'c': {'k': 'x'}}
+    >>> _reference_args({"a": [1], "b": ["", 2]}, frozenset({"b"}))
+    {'a': 1, 'b': 2}
     """
-    return {k: _resolve(v[0]) for k, v in args.items() if isinstance(v, list) and v and v[0] != ""}
+    out = {}
+    for key, options in args.items():
+        values = [v for v in options if v != ""] if isinstance(options, list) else []
+        if values and (options[0] != "" or key in required):
+            out[key] = _resolve(values[0])
+    return out
+
+
+def _required(schema: dict) -> frozenset[str]:
+    return frozenset(schema.get("parameters", {}).get("required", []))
 
 
 def _resolve(value: object) -> object:

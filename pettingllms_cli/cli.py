@@ -195,7 +195,9 @@ def envs_check(
     report = check_env(ENVS[name], data=data, limit=limit, seed=seed)
     for failure in report.failures:
         console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False, soft_wrap=True)
-    console.print(f"{report.passed} passed, {report.failed} failed")
+    of = f" of {report.available}" if report.available is not None else ""
+    more = " (raise --limit to check more)" if report.available is not None and report.checked < report.available else ""
+    console.print(f"{report.passed} passed, {report.failed} failed; {report.checked}{of} problems replayed{more}")
     if not report.ok:
         raise typer.Exit(1)
 

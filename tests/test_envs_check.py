@@ -148,3 +148,10 @@ def test_cli_envs_check_reports_counts():
 def test_cli_envs_check_bad_data_is_one_line(tmp_path):
     result = _cli("function_call_v0", "--data", str(_write_bfcl(tmp_path, None)))
     assert result.returncode == 2 and "no answer file" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_shared
+def test_check_says_how_many_of_the_files_problems_it_replayed():
+    report = check_env(FunctionCallEnv, data=str(SHARED / "bfcl" / "simple_python_200.json"), limit=3)
+    assert (report.checked, report.available) == (6, 200)
+    assert check_env(FunctionCallEnv, limit=3).available is None  # generated data has no fixed size

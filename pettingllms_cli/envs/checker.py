@@ -17,6 +17,7 @@ from pettingllms_cli.envs.base import Problem, StepResult, TurnEnv
 from pettingllms_cli.envs.loading import read_split
 
 GENERIC_CORRUPTIONS = ["", "I don't know."]
+ALL = 10**9  # a split size no data file reaches: every record
 
 
 @dataclass
@@ -24,6 +25,8 @@ class CheckReport:
     passed: int = 0
     failed: int = 0
     failures: list[str] = field(default_factory=list)
+    checked: int = 0  # problems replayed
+    available: int | None = None  # problems the data file holds (None: generated, as many as asked for)
 
     def record(self, ok: bool, what: str) -> None:
         if ok:
@@ -38,9 +41,10 @@ class CheckReport:
 
 
 def check_env(env_cls: type[TurnEnv], data: str = "generated", limit: int = 8, seed: int = 0, max_turns: int = 2) -> CheckReport:
-    """Run every check on up to `limit` train and `limit` test problems; returns the counts."""
-    report = CheckReport()
+    """Run every check on up to `limit` train and `limit` test problems; returns the counts, and how many of the
+    data file's problems were replayed (a reference that does not solve fails the check, whatever the limit)."""
     problems = load_both_splits(env_cls, data, seed, limit)
+    report = CheckReport(checked=len(problems), available=None if data == "generated" else _available(env_cls, data, seed))
     again = load_both_splits(env_cls, data, seed, limit)
     report.record([asdict(p) for p in problems] == [asdict(p) for p in again], "load_problems is not deterministic for a seed")
     for layout in env_cls.layouts:
@@ -65,6 +69,11 @@ def load_both_splits(env_cls: type[TurnEnv], data: str, seed: int, limit: int) -
     train, test = (read_split(env_cls, data, split, seed, limit) for split in ("train", "test"))  # bad data: one line
     seen = {p.id for p in train}
     return train + [p for p in test if p.id not in seen]
+
+
+def _available(env_cls: type[TurnEnv], data: str, seed: int) -> int:
+    """Every problem of the file, both splits (loading is cheap next to replaying)."""
+    return len(load_both_splits(env_cls, data, seed, ALL))
 
 
 def _guarded(report: CheckReport, what: str, check: Callable[[], bool]) -> None:

@@ -1,0 +1,164 @@
+"""`pettingllms play`: one episode of a trained team on one problem, with the env's real tools.
+
+The episode is the rollout evaluation plays (rollout/tree.py `tree_rollout`, k=1: greedy, or sampled at a
+temperature from a seed), so `play` shows exactly what `eval` scores; the record adds each action's prompt,
+prefill and token ids, which an exported agent (training/export.py) reproduces outside pettingllms.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from pettingllms_cli.envs import Problem
+from pettingllms_cli.envs.loading import load_split
+from pettingllms_cli.envs.messages import generated_part, prefill
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.rollout.episodes import make_envs
+from pettingllms_cli.rollout.records import Sample
+from pettingllms_cli.rollout.tree import tree_rollout
+from pettingllms_cli.spec import Experiment
+from pettingllms_cli.training.trained import trained
+
+NO_ANSWER = float("nan")  # a free-text question has no reference answer: nothing the team says counts as solved
+# Envs whose problem is a question alone, built from free text; the others need their data's records.
+FROM_TEXT = {"math_tool_v0"}
+
+
+def question_problem(spec: Experiment, text: str) -> Problem:
+    """A problem from free text, where the env's problem is a question alone; otherwise one line naming the input it needs."""
+    if not text.strip():
+        raise UserError("--question is empty; write the question, e.g. --question 'Tom has 12 apples and buys 7. How many?'")
+    if spec.env.name not in FROM_TEXT:
+        raise UserError(
+            f"--question: {spec.env.name} cannot build a problem from free text (it needs the data's other fields); "
+            "use --data FILE --index I"
+        )
+    return Problem("question", text.strip(), NO_ANSWER)
+
+
+def data_problem(spec: Experiment, data: str, index: int) -> Problem:
+    """The `index`-th (0-based) held-out problem of `data`, in the order `eval --data` scores them."""
+    if index < 0:
+        raise UserError(f"--index {index}: must be 0 or more")
+    problems = load_split(spec.env.name, data, "test", spec.seed, index + 1, spec.env.options)
+    return problems[index]
+
+
+def problem_of(spec: Experiment, question: str | None, data: str | None, index: int | None) -> Problem:
+    if (question is None) == (data is None):
+        raise UserError("give one of --question TEXT or --data FILE --index I")
+    if data is not None and index is None:
+        raise UserError("--data needs --index I (which held-out problem to play, from 0)")
+    return question_problem(spec, question) if question is not None else data_problem(spec, data, index)
+
+
+def play(
+    run: Path | str,
+    question: str | None = None,
+    data: str | None = None,
+    index: int | None = None,
+    checkpoint: int | None = None,
+    temperature: float | None = None,
+    seed: int | None = None,
+) -> dict:
+    """Play one episode with RUN's trained team; returns its record (every role's prompt and action, the tools' results,
+    the outcome)."""
+    if temperature is not None and not (math.isfinite(temperature) and temperature > 0):
+        raise UserError(f"--temperature {temperature}: must be a finite number > 0; omit it for greedy decoding")
+    found = trained(Path(run), checkpoint)
+    spec = found.spec
+    problem = problem_of(spec, question, data, index)  # before any weight loads
+    seed = spec.seed if seed is None else seed
+    if temperature is not None:
+        spec = spec.model_copy(update={"train": spec.train.model_copy(update={"temperature": temperature})})
+    team, assignment = found.team(), found.assignment()
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)  # as evaluate seeds each batch
+        rollout = tree_rollout(team, spec, make_envs(spec, [problem]), k=1, greedy=temperature is None, assignment=[assignment])
+    episode = rollout.episodes[0]
+    steps = [entry for entry in episode.transcript if "role" in entry and "text" in entry]
+    return {
+        "run": str(found.run_dir or found.checkpoint),
+        "checkpoint": str(found.checkpoint),
+        "step": found.step,
+        "env": spec.env.name,
+        "layout": spec.env.layout,
+        "decoding": "greedy" if temperature is None else f"temperature={temperature}",
+        "seed": seed,
+        "assignment": assignment,
+        "problem": {"id": problem.id, "question": problem.question, "answer": _answer(problem)},
+        "actions": _actions(rollout.samples, steps),
+        "outcome": _outcome(episode, problem),
+    }
+
+
+def _actions(samples: list[Sample], steps: list[dict]) -> list[dict]:
+    """Each action: who took it, the prompt it saw, what it generated (text and token ids) and what the env made of it."""
+    actions = []
+    for sample, step in zip(samples, steps, strict=False):
+        env_said = {k: v for k, v in step.items() if k not in ("turn", "role", "text")}
+        actions.append(
+            {
+                "turn": sample.turn,
+                "role": sample.role,
+                "agent": sample.agent,
+                "prompt": sample.messages,
+                "prompt_ids": list(sample.prompt),  # the exact tokens the agent saw: an export rebuilds them from prompt.json
+                "prefill": prefill(sample.messages),
+                "generated": generated_part(sample.messages, sample.text),
+                "action": sample.text,
+                "tokens": [int(t) for t in sample.completion],
+                "env": _plain(env_said),
+            }
+        )
+    return actions
+
+
+def _outcome(episode, problem: Problem) -> dict:
+    known = _answer(problem) is not None
+    return {
+        "success": episode.success if known else None,  # None: no reference answer to check against
+        "attempts": episode.attempts,
+        "turns": episode.turns,
+        "reference": "the data's answer" if known else "none (a free-text question)",
+    }
+
+
+def _answer(problem: Problem):
+    value = problem.answer
+    return None if isinstance(value, float) and math.isnan(value) else _plain(value)
+
+
+def _plain(value):
+    """JSON-ready: numbers that are not finite become None, containers recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+
+
+def show(record: dict, console, prompts: bool = False) -> None:
+    """The episode as a transcript: each action (with its prompt on request), what the env made of it, the outcome."""
+    from rich.markup import escape
+
+    problem = record["problem"]
+    console.print(
+        f"[bold]{escape(record['env'])}[/bold] step {record['step']}, {record['decoding']}: {escape(problem['question'])}"
+    )
+    for action in record["actions"]:
+        console.print(f"\n[bold cyan]turn {action['turn']} · {escape(action['role'])}[/bold cyan] ({escape(action['agent'])})")
+        if prompts:
+            for m in action["prompt"]:
+                console.print(f"  [dim]{escape(m['role'])}: {escape(m['content'])}[/dim]", highlight=False)
+        console.print(f"  {escape(action['action'])}", highlight=False)
+        for key, value in action["env"].items():
+            console.print(f"  [yellow]{escape(key)}[/yellow]: {escape(str(value))}", highlight=False)
+    outcome = record["outcome"]
+    verdict = {True: "[green]solved[/green]", False: "[red]not solved[/red]", None: "no reference answer to check"}
+    console.print(f"\n{verdict[outcome['success']]} in {outcome['turns']} turn(s); reference: {escape(outcome['reference'])}")

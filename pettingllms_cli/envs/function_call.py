@@ -6,9 +6,10 @@ Layouts:
   checks the call against the JSON schema and, on a retry, both roles see why it was rejected.
 - `single`: `caller` picks the function and fills the arguments in one call.
 - `team` (the showcase, envs/review.py): `planner` writes the call; `validator` checks it against
-  the function's JSON schema before it runs (`Verdict: valid`, or `invalid` and why, which sends it
-  back unrun); `reader` reads the call that ran and its result and replies `right` (hands it in,
-  which ends the episode, right or wrong) or `wrong` and why, which sends it back. `solo`: one `caller` with the
+  the function's JSON schema before it runs (`Yes.`, or `No: ` and why, which sends it back
+  unrun); `reader` reads the call that ran and its result and replies `Yes.` (hands it in, which
+  ends the episode, right or wrong) or `No: ` and why, which sends it back (a verdict is the
+  reply's first word, Yes or No: review.verdict). `solo`: one `caller` with the
   same prompt and rounds; a call that fits the schema runs and is handed in, one that does not
   fails and is retried with the error.
 
@@ -52,13 +53,14 @@ CALLER_SYSTEM = "Answer the request with one function call."
 PLANNER_SYSTEM = "Name the function that answers the request."
 SHOT_USER = "Request: Find the area of a circle with radius 3.\nFunction: circle_area(radius: integer, unit?: string)"
 SHOT_CALL = render_tool_call(ToolCall("circle_area", {"radius": 3}))
+VERDICT_FORM = 'Reply "Yes." or "No: <why>." (your first word is Yes or No).'  # the one form review.verdict reads
 VALIDATOR_SYSTEM = (
     "Check a function call against the function's schema before it runs: only its arguments, every required one, "
-    "each of the right type. Reply valid, or invalid and why."
+    f"each of the right type. {VERDICT_FORM}"
 )
-READER_SYSTEM = "Read the call that ran and its result. Say whether it does what the request asks: yes, or no and why."
-VALIDATOR_ASK = "Does the call fit the function's schema? Answer yes or no."  # closes each case
-READER_ASK = "Does the call do what the request asks? Answer yes or no."
+READER_SYSTEM = f"Read the call that ran and its result, and say whether it does what the request asks. {VERDICT_FORM}"
+VALIDATOR_ASK = 'Does the call fit the function\'s schema? Reply "Yes." or "No: <why>."'  # closes each case
+READER_ASK = 'Does the call do what the request asks? Reply "Yes." or "No: <why>."'
 _SHOT_FN = "Function: circle_area(radius: integer, unit?: string)"
 VALIDATOR_SHOTS = [
     (f"{_SHOT_FN}\nCall: circle_area(radius=3)", "Yes."),

@@ -6,14 +6,21 @@ Layouts:
   caller back for another round when `max_turns` allows.
 - `single`: `solver` writes the calculator call and its result is the team's answer.
 - `team` (the showcase, envs/review.py): `planner` writes the call; `validator` checks it before it
-  runs (a well-formed expression whose numbers all come from the question) and replies `Verdict:
-  valid`, or `invalid` and why, which sends it back unrun; `reader` reads the calculator's result
-  and replies `right` (the result is handed in as the answer, which ends the episode, right or
-  wrong) or `wrong` and why, which sends the call back. `solo`: one `solver` with the same prompt
+  runs (a well-formed expression whose numbers all come from the question) and replies `Yes.`, or
+  `No: ` and why, which sends it back unrun; `reader` reads the calculator's result and replies
+  `Yes.` (the result is handed in as the answer, which ends the episode, right or wrong) or `No: `
+  and why, which sends the call back. A judge's verdict is its reply's first word, Yes or No, alone
+  or followed by punctuation (review.verdict); each judge is told that form. `solo`: one `solver` with the same prompt
   and rounds; its call runs at once and its result is the answer it hands in, unless the
   calculator refused the call.
 
-Rewards per action: team = the team's current answer is correct. Local (named below):
+Rewards per action: team = the team's current answer is correct by GSM8K's official rule
+(envs/gsm8k_rules.py): the answer as written, commas removed, equals the reference string exactly (the text
+after the record's `#### `), so `18.0`, `18.`, `$18` fail for `18` and no tolerance lets a wrong integer pass.
+The verifier's answer is the number its reply marks: after `#### ` if the reply has one (a worked solution's
+marked answer, never its first number), else the number right after `Answer: `; a calculator result is the
+answer as the calculator shows it (`format_number`). Option `scoring: lenient` also accepts a leading `$`, one
+trailing `.` and the same decimal value with other zeros (docs/envs.md). Local (named below):
 callers `CALL_RAN` (+0.1) for a well-formed call that ran, `CALL_FAILED` (-0.1) otherwise; the
 verifier is paid for a correct judgement, never for copying (`judgement_reward`): `JUDGED_RIGHT`
 (1.0) for a right final answer (accepting a right result, or correcting a wrong one) or for
@@ -31,7 +38,7 @@ the verifier rejected it or answered something else. Option `format_bonus` (defa
 much local reward to any action containing a number: format shaping for untrained models.
 
 Options: `ops` (default "+-*/"), the operations generated problems use; the caller's prompt
-shows one worked example per op.
+shows one worked example per op. `scoring` (`official`, the default, or `lenient`): the answer rule above.
 
 Data: `generated` (seeded templates; test problems use a fixed fifth of all expressions, which
 training never draws), or GSM8K-format jsonl (`question`, `answer` ending in
@@ -47,8 +54,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from pettingllms_cli.envs import review
+from pettingllms_cli.envs import gsm8k_rules, review
 from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
+from pettingllms_cli.envs.gsm8k_rules import LENIENT_NUMBER, OFFICIAL_NUMBER, Scoring, answer_is_right, marked_answer
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
 from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call
@@ -64,21 +72,25 @@ JUDGED_WRONG = 0.0  # verifier: a wrong answer (a copied wrong result too), or `
 _RETRY_RE = re.compile(rf"\b{RETRY}\b", re.IGNORECASE)
 _DIGIT_RE = re.compile(r"\d")
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_DECIMAL_RE = re.compile(r"-?\d+(?:\.\d+)?")
 
 CALLER_SYSTEM = "Write one calculator call whose result answers the question."
-VERIFIER_SYSTEM = f"Check the calculator result. Give the final answer as a number, or reply {RETRY} if the result is wrong."
-VALIDATOR_SYSTEM = (
-    "Check a calculator call before it runs: a well-formed expression that uses only the question's numbers. "
-    "Reply valid, or invalid and why."
+VERIFIER_SYSTEM = (
+    "Check the calculator result. Give the final answer as a number in digits only (18, not 18.0, $18 or 18.), "
+    f"or reply {RETRY} if the result is wrong."
 )
-READER_SYSTEM = "Read the calculator result. Say whether it answers the question: yes, or no and why."
+VERDICT_FORM = 'Reply "Yes." or "No: <why>." (your first word is Yes or No).'  # the one form review.verdict reads
+VALIDATOR_SYSTEM = (
+    f"Check a calculator call before it runs: a well-formed expression that uses only the question's numbers. {VERDICT_FORM}"
+)
+READER_SYSTEM = f"Read the calculator result and say whether it answers the question. {VERDICT_FORM}"
 _ANN, _JOE = (
     "Question: Ann has 12 pens and buys 7 more. How many pens does Ann have?",
     "Question: Joe had 30 cups and broke 4. How many cups are left?",
 )
 # Worked examples of each judge: one of each verdict (a 135M model copies the format from them).
-VALIDATOR_ASK = "Does the call use only the question's numbers? Answer yes or no."  # closes each case
-READER_ASK = "Does the result answer the question? Answer yes or no."
+VALIDATOR_ASK = 'Does the call use only the question\'s numbers? Reply "Yes." or "No: <why>."'  # closes each case
+READER_ASK = 'Does the result answer the question? Reply "Yes." or "No: <why>."'
 VALIDATOR_SHOTS = [(f"{_ANN}\nCall: 12+7", "Yes."), (f"{_JOE}\nCall: 30-8", "No: 8 is not in the question.")]
 READER_SHOTS = [(f"{_ANN}\nCalculator: 12+7 = 19", "Yes."), (f"{_JOE}\nCalculator: 30+4 = 34", "No: it adds the broken cups.")]
 # One worked example per operation; the prompt shows those of the ops in use.
@@ -127,16 +139,6 @@ def generate_problems(seed: int, n: int, prefix: str, ops: str = OPS, held_out: 
     return problems
 
 
-def gsm8k_answer(text: str) -> float | None:
-    """The final number of a GSM8K worked solution.
-
-    >>> gsm8k_answer("... so 3 + 4 = 7\\n#### 1,007")
-    1007.0
-    """
-    tail = str(text).rsplit("####", 1)[-1]
-    return parse_number(tail)
-
-
 def parse_number(text: str) -> float | None:
     match = _NUMBER_RE.search(text)
     if not match:
@@ -148,40 +150,42 @@ def parse_number(text: str) -> float | None:
     return value if math.isfinite(value) else None  # 400 nines are a float infinity, not an answer
 
 
-def same_number(a: float | None, b: float | None) -> bool:
-    return a is not None and b is not None and abs(a - b) <= 1e-6 * max(1.0, abs(b))
+def gold_answer(problem: Problem) -> str:
+    """The reference answer as the official rule compares it: a GSM8K record's text after `#### ` (commas removed),
+    or a generated problem's value as the calculator shows it."""
+    return problem.meta.get("gold") or format_number(problem.answer)
 
 
-def judgement_reward(answer: float | None, rejected: bool, result: float | None, gold: float) -> float:
+def judgement_reward(answer_right: bool, rejected: bool, result_right: bool) -> float:
     """The verifier's local reward: right when it accepts a right result (or corrects a wrong one) or rejects a wrong one.
 
-    >>> judgement_reward(19.0, False, 19.0, 19.0), judgement_reward(26.0, False, 26.0, 19.0)  # accept right / copy wrong
+    >>> judgement_reward(True, False, True), judgement_reward(False, False, False)  # accept right / copy wrong
     (1.0, 0.0)
-    >>> judgement_reward(None, True, 26.0, 19.0), judgement_reward(None, True, 19.0, 19.0)  # reject wrong / reject right
+    >>> judgement_reward(False, True, False), judgement_reward(False, True, True)  # reject wrong / reject right
     (1.0, 0.0)
     """
     if rejected:
-        return JUDGED_WRONG if same_number(result, gold) else JUDGED_RIGHT
-    return JUDGED_RIGHT if same_number(answer, gold) else JUDGED_WRONG
+        return JUDGED_WRONG if result_right else JUDGED_RIGHT
+    return JUDGED_RIGHT if answer_right else JUDGED_WRONG
 
 
-def parameter_problem(expression: str, question: str, value: float | None, gold: float) -> str | None:
-    """Why a calculator call's parameters are invalid (what the validator checks), or None.
+def parameter_problem(expression: str, question: str, computes_answer: bool) -> str | None:
+    """Why a calculator call's parameters are invalid (what the validator checks), or None. Numbers compare exactly.
 
-    >>> q = "Ann has 12 pens and buys 7 more."
-    >>> parameter_problem("12+7", q, 19.0, 19.0), parameter_problem("12+9", q, 21.0, 19.0)
-    (None, 'it uses 9, which is not in the question')
+    >>> q = "Ann has 1,200 pens and buys 7 more."
+    >>> parameter_problem("1200+7", q, True), parameter_problem("1200+9", q, False), parameter_problem("1201+7", q, False)
+    (None, 'it uses 9, which is not in the question', 'it uses 1201, which is not in the question')
     """
-    if same_number(value, gold):
+    if computes_answer:
         return None  # a call that computes the answer is valid whatever constants it uses
-    given = [parse_number(n) for n in _NUMBER_RE.findall(question)]
+    given = {parse_number(n) for n in _NUMBER_RE.findall(question)}
     for number in re.findall(r"\d+(?:\.\d+)?", expression):
-        if not any(same_number(float(number), g) for g in given):
+        if float(number) not in given:
             return f"it uses {number}, which is not in the question"
     return None
 
 
-def retry_feedback(call: str | None, error: str | None, call_right: bool, answer: float | None = None) -> str:
+def retry_feedback(call: str | None, error: str | None, call_right: bool, answer: str | None = None) -> str:
     """What a caller's retry is told about the last round: what actually went wrong.
 
     >>> retry_feedback(None, "unknown tool 'x'", False)
@@ -190,20 +194,26 @@ def retry_feedback(call: str | None, error: str | None, call_right: bool, answer
     'Your last call 1+1 = 2 was wrong: its result does not answer the question. Try again.'
     >>> retry_feedback("12+7 = 19", None, True)
     'Your last call 12+7 = 19 was right, but the verifier rejected it. Make the call again.'
-    >>> retry_feedback("12+7 = 19", None, True, 5.0)
+    >>> retry_feedback("12+7 = 19", None, True, "5")
     'Your last call 12+7 = 19 was right, but the final answer given was 5. Make the call again.'
     """
     if call is None:
         return f"Your last call failed ({error or 'no valid call'}). Try again."
     if not call_right:
         return f"Your last call {call} was wrong: its result does not answer the question. Try again."
-    verdict = "the verifier rejected it" if answer is None else f"the final answer given was {format_number(answer)}"
+    verdict = "the verifier rejected it" if answer is None else f"the final answer given was {answer}"
     return f"Your last call {call} was right, but {verdict}. Make the call again."
 
 
 class MathOptions(EnvOptions):
     ops: str = Field(OPS, min_length=1, description="Operators the generated problems (and the few-shot examples) use.")
     format_bonus: float = Field(0.0, description="Local reward for a tool call that parses and runs, right or wrong.")
+    scoring: Scoring = Field(
+        "official",
+        description="How an answer is judged right: `official`, GSM8K's rule (the default, what reported figures use: "
+        "the answer as written, commas removed, equals the text after the record's `#### `), or `lenient`, which also "
+        "accepts a leading `$`, one trailing `.` and the same decimal value with other zeros (`18.0`) (docs/envs.md).",
+    )
 
 
 class MathToolEnv(TurnEnv):
@@ -221,7 +231,7 @@ class MathToolEnv(TurnEnv):
         self.last_call: str | None = None  # "expr = result" of the latest calculator call
         self.last_value: float | None = None
         self.last_error: str | None = None  # why the latest call failed
-        self.answer: float | None = None
+        self.answer: str | None = None  # the team's final answer as written (a calculator result as it shows it)
         self.feedback: str | None = None  # what a retry is told about the previous attempt
         self.pending: str | None = None  # `team`: the planner's call text, not run yet
         self.pending_problem: str | None = None  # why its parameters are invalid (None: valid)
@@ -261,7 +271,7 @@ class MathToolEnv(TurnEnv):
         if role == "verifier" or self.layout in ("team", "solo"):
             return outcome
         if role == "solver":
-            self.answer = self.last_value
+            self.answer = self._shown_result()
             outcome.solved = outcome.team_reward > 0
             if not outcome.solved:
                 self.feedback = retry_feedback(self.last_call, self.last_error, False)
@@ -281,17 +291,15 @@ class MathToolEnv(TurnEnv):
             return Outcome(CALL_FAILED, 0.0, info={"tool_error": self.last_error, "expression": str(expression)[:200]})
         self.last_value = float(value)
         self.last_call = f"{expression} = {format_number(value)}"
-        correct = same_number(self.last_value, self.gold)
-        return Outcome(CALL_RAN, float(correct), info={"tool_call": self.last_call})
+        return Outcome(CALL_RAN, float(self._result_right()), info={"tool_call": self.last_call})
 
     def _verify(self, text: str) -> Outcome:
-        self.answer = parse_number(text)
+        self.answer = marked_answer(text, LENIENT_NUMBER if self.scoring == "lenient" else OFFICIAL_NUMBER)
         rejected = self.answer is None and bool(_RETRY_RE.search(text))
-        correct = same_number(self.answer, self.gold)
+        correct = gsm8k_rules.reply_is_right(text, self.gold, self.scoring)
         if not correct:
-            call_right = same_number(self.last_value, self.gold)
-            self.feedback = retry_feedback(self.last_call, self.last_error, call_right, self.answer)
-        local = judgement_reward(self.answer, rejected, self.last_value, self.gold)
+            self.feedback = retry_feedback(self.last_call, self.last_error, self._result_right(), self.answer)
+        local = judgement_reward(correct, rejected, self._result_right())
         return Outcome(local, float(correct), solved=correct, info={"answer": self.answer, "rejected": rejected})
 
     # --- the `team` and `solo` layouts (envs/review.py) -------------------------------------------
@@ -302,8 +310,8 @@ class MathToolEnv(TurnEnv):
         if self.last_value is None:
             self.feedback = retry_feedback(None, self.last_error, False)
             return outcome
-        self.answer, self.handed_in = self.last_value, True
-        outcome.solved = same_number(self.answer, self.gold)
+        self.answer, self.handed_in = self._shown_result(), True
+        outcome.solved = self._result_right()
         return outcome
 
     def _plan(self, text: str) -> Outcome:
@@ -316,7 +324,8 @@ class MathToolEnv(TurnEnv):
             call = parse_tool_call(text)
             self.pending_problem = call if isinstance(call, str) else "the calculator refuses this call"
         else:
-            self.pending_problem = parameter_problem(expression, self.problem.question, value, self.gold)
+            computes = answer_is_right(format_number(value), self.gold, self.scoring)
+            self.pending_problem = parameter_problem(expression, self.problem.question, computes)
         local = CALL_FAILED if value is None else CALL_RAN
         return Outcome(local, 0.0, attempt=False, info={"planned": expression})
 
@@ -337,13 +346,13 @@ class MathToolEnv(TurnEnv):
         if not self.ran:  # sent back or no call: nothing to read, the planner tries again
             return Outcome(review.NOTHING_TO_READ, 0.0, attempt=False, info={"read": "nothing ran"})
         said = review.verdict(text)
-        right = same_number(self.last_value, self.gold)
+        right = self._result_right()
         local = review.judged(said, right)
         if said is False:
             call = self.last_call or self._expression(self.pending) or "(unreadable)"
             self.feedback = review.sent_back(call, "reader", text, self.last_error)
             return Outcome(local, 0.0, attempt=True, info={"read": "retry", review.DUE: right})
-        self.answer, self.handed_in = self.last_value, True  # the result is the answer handed in
+        self.answer, self.handed_in = self._shown_result(), True  # the result is the answer handed in
         return Outcome(local, float(right), solved=right, attempt=True, info={"answer": self.answer, review.DUE: right})
 
     @staticmethod
@@ -354,8 +363,19 @@ class MathToolEnv(TurnEnv):
         return str(call.arguments.get("expression", ""))[:200]
 
     @property
-    def gold(self) -> float:
-        return float(self.problem.answer)
+    def gold(self) -> str:
+        return gold_answer(self.problem)
+
+    @property
+    def scoring(self) -> Scoring:
+        return self.options.get("scoring", "official")
+
+    def _shown_result(self) -> str | None:
+        """The latest calculator result as the team reads it (and hands it in), or None when no call ran."""
+        return None if self.last_value is None else format_number(self.last_value)
+
+    def _result_right(self) -> bool:
+        return answer_is_right(self._shown_result(), self.gold, self.scoring)
 
     # --- data ---------------------------------------------------------------------------------
     @classmethod
@@ -370,23 +390,23 @@ class MathToolEnv(TurnEnv):
         for i, rec in enumerate(records, 1):
             if not isinstance(rec.get("question"), str) or "answer" not in rec:
                 raise _bad_record(path, i, "needs a string `question` and an `answer` (GSM8K format)")
-            answer = gsm8k_answer(rec["answer"])
-            if answer is None:
-                raise _bad_record(path, i, "`answer` has no final number after ####")
-            problems.append(Problem(f"{path.stem}-{i}", rec["question"], answer))
+            gold = gsm8k_rules.reference_answer(rec["answer"])
+            value = _gold_value(gold)
+            if value is None:
+                raise _bad_record(path, i, "`answer` has no final number after `#### ` (GSM8K's `#### 18`)")
+            problems.append(Problem(f"{path.stem}-{i}", rec["question"], value, {"gold": gold}))
         return split_records(problems, split, max(1, len(problems) // 5), path)[:n]
 
     def reference_action(self, role: str) -> str:
         """A correct action for `role` now (from the data's answer)."""
         if role == "verifier":
-            return ANSWER_PREFIX + format_number(self.gold)
+            return ANSWER_PREFIX + self.gold
         if role == "validator":
             problem = self.pending_problem
             return "Yes." if problem is None else f"No: {problem}."
         if role == "reader":
-            right = same_number(self.last_value, self.gold)
-            return "Yes." if right else "No: it does not answer the question."
-        expression = self.problem.meta.get("expression", format_number(self.gold))
+            return "Yes." if self._result_right() else "No: it does not answer the question."
+        expression = self.problem.meta.get("expression", self.gold)
         return render_tool_call(ToolCall("calculator", {"expression": expression}))
 
 
@@ -398,6 +418,11 @@ def _value(expression: str | None) -> float | None:
         return float(calculate(expression))
     except CalculatorError:
         return None
+
+
+def _gold_value(gold: str | None) -> float | None:
+    """A reference answer's value when it is a plain finite decimal, the only kind a calculator result can show."""
+    return parse_number(gold) if gold is not None and _DECIMAL_RE.fullmatch(gold) else None
 
 
 def _bad_record(path: Path, line: int, why: str) -> UserError:

@@ -18,7 +18,7 @@ def layer(module: str) -> int:
     if parts[0] != "pettingllms_cli" or len(parts) == 1:
         return -1
     top = parts[1]
-    if top in ("cli", "__main__"):
+    if top in ("cli", "__main__", "__init__"):  # the package's own API (`import pettingllms_cli`) sits on top, as the CLI
         return len(ORDER)
     return ORDER.index(top) + 1 if top in ORDER else 0
 

@@ -186,3 +186,26 @@ def test_bad_input_is_one_line(exported, tmp_path, monkeypatch, capsys, args, sa
     args = [a.format(tmp=tmp_path, run=run) for a in args]
     assert run_cli(["export", *args], monkeypatch) == 2
     assert says in _error_line(capsys)
+
+
+@pytest.mark.slow
+def test_smollm2_export_reproduces_greedy_held_out_answers(tmp_path, monkeypatch):
+    """The real base: 3 held-out problems played by a (briefly) trained quickstart team, reproduced from the export."""
+    from pettingllms_cli.models.loader import source_problem
+
+    if source_problem("smollm2-135m-instruct"):
+        pytest.skip(source_problem("smollm2-135m-instruct"))
+    run = tmp_path / "run"
+    sets = ["train.problems_per_step=2", "env.eval_problems=3", "train.eval_every=null", "models.smol.dtype=float32"]
+    args = ["train", str(EXPERIMENTS / "quickstart.yaml"), "--out", str(run), "--max-steps", "2"]
+    assert run_cli([*args, *[a for s in sets for a in ("--set", s)]], monkeypatch) == 0
+    assert run_cli(["export", str(run), "--out", str(tmp_path / "export")], monkeypatch) == 0
+    assert json.loads((tmp_path / "export/caller/base.json").read_text())["hub_id"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    from pettingllms_cli.training.play import play
+
+    for index in range(3):
+        played = play(run, data="generated", index=index)
+        (tmp_path / "played.json").write_text(json.dumps(played))
+        rows = replay(tmp_path / "export", tmp_path / "played.json", "adapter")[:-1]
+        assert [r["tokens"] for r in rows] == [a["tokens"] for a in played["actions"]]
+        assert all(r["prompt_same"] for r in rows)

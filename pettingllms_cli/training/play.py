@@ -98,7 +98,12 @@ def play(
 def _actions(samples: list[Sample], steps: list[dict]) -> list[dict]:
     """Each action: who took it, the prompt it saw, what it generated (text and token ids) and what the env made of it."""
     actions = []
-    for sample, step in zip(samples, steps, strict=False):
+    taken = iter(samples)
+    for step in steps:
+        # the env's transcript entry of each sampled action, in order (a sample of another kind, none in k=1 trees, is skipped)
+        sample = next((s for s in taken if (s.turn, s.role) == (step["turn"], step["role"])), None)
+        if sample is None:
+            break
         env_said = {k: v for k, v in step.items() if k not in ("turn", "role", "text")}
         actions.append(
             {

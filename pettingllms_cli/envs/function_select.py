@@ -1,0 +1,196 @@
+"""`function_select_v0`: choose the right one of several offered functions, then fill its arguments (BFCL format).
+
+Layouts:
+- `team`: `selector` sees the request and the offered functions' names with one-line descriptions and
+  writes one name (its reply is prefilled with `Function: `); `filler` sees the request and only the
+  chosen function's signature and description, its reply prefilled up to the arguments. If the
+  selector names no offered function, the filler sees every offered signature and writes the whole
+  call, exactly as the lone agent does.
+- `single`: one `caller` sees the request and every offered signature with its description, and writes
+  the whole call (prefilled up to the function's name).
+
+Both layouts' prompts hold the same worked examples, as one message token for token (`EXAMPLES`). The call
+that closes the round is handed in, right or wrong, which ends the episode (`max_turns` above 1 changes
+nothing). Only the first `<tool_call>` of a reply is read.
+
+Rewards per action: team = the call matches the ground truth by BFCL's rules (bfcl_rules.py, through
+function_call.score_call; option `scoring: lenient` as in function_call_v0). Local, the same answer-key shaping
+in both layouts: the choice of function earns `PLAN_RIGHT` (1.0) for the right one, `PLAN_OTHER` (0.2) for
+another offered one and `PLAN_NONE` (-0.1) for none or one that is not offered (a failed action, never a
+crash); the call earns the share of ground-truth arguments it got right, or `CALL_INVALID` (-0.1) for no
+parseable call or a function that is not offered. The selector earns the first term, the filler the second,
+and the lone caller, who does both, their sum. The selector's team term is the filler's outcome on its
+branch (credit.py: `deferred_roles`).
+
+Data: `generated` (function_select_data.py: training and held-out requests on a 24-function catalogue),
+`generated-unseen` (the same training problems; held out: 12 functions no training problem offers), or a
+BFCL question file of the `multiple` (or `simple`) category with its answer file, read by function_call_v0's
+`load_bfcl` (a record offering no functions, or whose answer names one it does not offer, is one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pettingllms_cli.envs import function_select_data as generated
+from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, split_records
+from pettingllms_cli.envs.function_call import (
+    CALL_INVALID,
+    PLAN_NONE,
+    PLAN_OTHER,
+    PLAN_PREFIX,
+    PLAN_RIGHT,
+    FunctionCallEnv,
+    FunctionCallOptions,
+    load_bfcl,
+    score_call,
+    signature,
+)
+from pettingllms_cli.envs.review import schema_problem
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.tools.calls import OPEN, ToolCall, parse_tool_call, render_tool_call, strip_tool_results
+
+UNSEEN = "generated-unseen"
+SELECTOR_SYSTEM = "Choose the function that answers the request. Write only its name."
+CALLER_SYSTEM = "Answer the request with one function call. Copy the argument values from the request."
+EXAMPLES = (  # the worked examples: one message, the same in every role's prompt
+    "Examples:\n"
+    "Request: Find the area of a circle with radius 3.\n"
+    + render_tool_call(ToolCall("circle_area", {"radius": 3}))
+    + "\nRequest: Book a taxi to 12 Oak Street for 2 people.\n"
+    + render_tool_call(ToolCall("book_taxi", {"address": "12 Oak Street", "passengers": 2}))
+)
+NAME_PREFIX = f'{OPEN}{{"name": "'  # the lone caller (and a filler with no choice) writes the name on
+_NAME_RE = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def one_line(text: str, limit: int = 80) -> str:
+    """A description's first line, at most `limit` characters.
+
+    >>> one_line("Get the weather.\\nMore detail.")
+    'Get the weather.'
+    """
+    return (text.strip().splitlines() or [""])[0][:limit]
+
+
+def described(fn: dict) -> str:
+    """A function's signature and its one-line description.
+
+    >>> described({"name": "f", "description": "Do f.", "parameters": {"properties": {"x": {"type": "integer"}}}})
+    'f(x?: integer) - Do f.'
+    """
+    return f"{signature(fn)} - {one_line(fn.get('description', ''))}"
+
+
+def named_function(text: str, names: list[str]) -> str | None:
+    """The offered function a selector's reply names: its first word, exactly (None for anything else).
+
+    >>> named_function("Function: get_weather.", ["get_weather", "book_hotel"]), named_function("weather", ["get_weather"])
+    ('get_weather', None)
+    """
+    match = _NAME_RE.search(text.removeprefix(PLAN_PREFIX))
+    word = match.group(0).rstrip(".") if match else ""
+    return word if word in names else None
+
+
+def choice_term(name: str | None, offered: list[str], right: set[str]) -> float:
+    """The answer-key shaping for a choice of function: the selector's local reward, and part of the lone caller's.
+
+    >>> choice_term("a", ["a", "b"], {"a"}), choice_term("b", ["a", "b"], {"a"}), choice_term("z", ["a", "b"], {"a"})
+    (1.0, 0.2, -0.1)
+    """
+    if name not in offered:
+        return PLAN_NONE
+    return PLAN_RIGHT if name in right else PLAN_OTHER
+
+
+class FunctionSelectEnv(TurnEnv):
+    Options = FunctionCallOptions
+    name = "function_select_v0"
+    layouts = {"team": ("selector", "filler"), "single": ("caller",)}
+    deferred_roles = frozenset({"selector"})  # the team reward moves only once the filler writes the call
+
+    def _reset_task(self) -> None:
+        self.chosen: str | None = None  # the selector's function
+
+    @property
+    def functions(self) -> list[dict]:
+        return self.problem.meta["functions"]
+
+    @property
+    def names(self) -> list[str]:
+        return [f["name"] for f in self.functions]
+
+    @property
+    def right_names(self) -> set[str]:
+        return {next(iter(g)) for g in self.problem.answer}
+
+    # --- observations ---------------------------------------------------------------------
+    def observe(self, role: str) -> list[Message]:
+        if role == "selector":
+            listed = "\n".join(f"- {f['name']}: {one_line(f.get('description', ''))}" for f in self.functions)
+            return self._prompt(SELECTOR_SYSTEM, f"Functions:\n{listed}", PLAN_PREFIX)
+        shown = [f for f in self.functions if f["name"] == self.chosen] if role == "filler" else []
+        shown = shown or self.functions  # the lone caller, or a filler the selector gave nothing usable
+        prefix = f'{NAME_PREFIX}{shown[0]["name"]}", "arguments": {{' if len(shown) == 1 else NAME_PREFIX
+        return self._prompt(CALLER_SYSTEM, "Functions:\n" + "\n".join(described(f) for f in shown), prefix)
+
+    def _prompt(self, system: str, offered: str, prefix: str) -> list[Message]:
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": EXAMPLES},
+            {"role": "user", "content": f"Request: {self.problem.question}\n{offered}"},
+            {"role": "assistant", "content": prefix},
+        ]
+
+    # --- actions ----------------------------------------------------------------------------
+    def _act(self, role: str, text: str) -> Outcome:
+        text = strip_tool_results(text)
+        return self._select(text) if role == "selector" else self._call(text, lone=role == "caller")
+
+    def _select(self, text: str) -> Outcome:
+        """Keep the named function for the filler; a name that is not offered is a failed choice, never an error."""
+        self.chosen = named_function(text, self.names)
+        local = choice_term(self.chosen, self.names, self.right_names)
+        return Outcome(local, 0.0, attempt=False, info={"function": self.chosen, "failed": self.chosen is None})
+
+    def _call(self, text: str, lone: bool) -> Outcome:
+        """Score the handed-in call by BFCL's rules; the lone caller also earns the choice term of its function."""
+        self.handed_in = True
+        call = parse_tool_call(text)
+        called = call.name if isinstance(call, ToolCall) else None
+        info = {"function": called, "schema_problem": schema_problem(call, self.functions)}
+        shaping = choice_term(called, self.names, self.right_names) if lone else 0.0
+        if not isinstance(call, ToolCall) or called not in self.names:
+            return Outcome(CALL_INVALID + shaping, 0.0, attempt=True, info=info)
+        gold = next((g for g in self.problem.answer if call.name in g), self.problem.answer[0])
+        schema = self.functions[self.names.index(call.name)]
+        matches, share, _ = score_call(call, gold, schema, self.options.get("scoring", "bfcl") == "lenient")
+        return Outcome(share + shaping, float(matches), solved=matches, attempt=True, info={**info, "matches": matches})
+
+    # --- reference and corrupted actions ----------------------------------------------------
+    def reference_action(self, role: str) -> str:
+        if role == "selector":
+            return PLAN_PREFIX + next(iter(self.problem.answer[0]))
+        return FunctionCallEnv(self.problem, "single").reference_action("caller")  # the gold call, omittables left out
+
+    def corrupted_actions(self, role: str) -> list[str]:
+        """The selector: a function that is not offered; the callers: function_call_v0's wrong function and wrong value."""
+        if role == "selector":
+            return [PLAN_PREFIX + "no_such_function"]
+        return FunctionCallEnv(self.problem, "single").corrupted_actions("caller")
+
+    # --- data ---------------------------------------------------------------------------------
+    @classmethod
+    def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
+        if data in ("generated", UNSEEN):
+            side = "unseen" if data == UNSEEN and split == "test" else split
+            return generated.generate(side, seed, n)
+        path = Path(data)
+        problems = load_bfcl(path)
+        several = next((p for p in problems if len(p.answer) != 1), None)
+        if several is not None:  # one call is handed in, so a record asking for several could never be solved
+            calls = len(several.answer)
+            raise UserError(f"{path}: id {several.id!r} asks for {calls} calls; {cls.name} hands in one (BFCL `multiple`)")
+        return split_records(problems, split, max(1, len(problems) // 5), path)[:n]

@@ -1,0 +1,234 @@
+"""function_select_v0 (issue 28): who sees which signatures, identical worked examples, the splits, BFCL files, bad data."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pettingllms_cli.envs import function_select_data as generated
+from pettingllms_cli.envs.checker import ALL, check_env
+from pettingllms_cli.envs.function_call import CALL_INVALID, PLAN_NONE, PLAN_RIGHT, load_bfcl, signature
+from pettingllms_cli.envs.function_select import EXAMPLES, UNSEEN, FunctionSelectEnv
+from pettingllms_cli.errors import UserError
+from pettingllms_cli.spec import load_spec
+from pettingllms_cli.tools.calls import ToolCall, render_tool_call
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "data" / "bfcl_multiple" / "BFCL_v3_multiple.json"  # BFCL's `multiple` layout, our records
+EXPERIMENTS = ROOT / "experiments"
+
+
+def _problem(split: str = "test", i: int = 0):
+    return FunctionSelectEnv.load_problems("generated", split, 0, i + 1)[i]
+
+
+def _signatures_in(messages: list[dict], functions: list[dict]) -> list[str]:
+    text = "\n".join(m["content"] for m in messages)
+    return [f["name"] for f in functions if signature(f) in text]
+
+
+def _team_after(choice: str, problem=None) -> FunctionSelectEnv:
+    env = FunctionSelectEnv(problem or _problem(), "team", 1)
+    env.step("selector", choice)
+    return env
+
+
+def _right(env: FunctionSelectEnv) -> str:
+    return next(iter(env.problem.answer[0]))
+
+
+# --- who sees which signatures -------------------------------------------------------------------
+@pytest.mark.parametrize("i", range(6))
+def test_filler_sees_one_signature_and_the_lone_caller_all(i):
+    problem = _problem(i=i)
+    team = _team_after("Function: " + next(iter(problem.answer[0])), problem)
+    lone = FunctionSelectEnv(problem, "single", 1)
+    assert _signatures_in(team.observe("filler"), problem.meta["functions"]) == [_right(team)]
+    assert sorted(_signatures_in(lone.observe("caller"), problem.meta["functions"])) == sorted(
+        f["name"] for f in problem.meta["functions"]
+    )
+    assert len(problem.meta["functions"]) == generated.OFFERED
+    assert team.prefill("filler").endswith(f'"name": "{_right(team)}", "arguments": {{')  # prefilled up to the arguments
+
+
+def test_selector_sees_names_and_descriptions_but_no_signature():
+    env = FunctionSelectEnv(_problem(), "team", 1)
+    text = "\n".join(m["content"] for m in env.observe("selector"))
+    assert _signatures_in(env.observe("selector"), env.functions) == []
+    assert all(f"- {f['name']}: {f['description']}" in text for f in env.functions)
+
+
+@pytest.mark.parametrize("reply", ["Function: no_such_function", "Function: ", "I don't know.", "Function: get_weather_now"])
+def test_a_selector_naming_nothing_offered_fails_with_its_penalty_and_the_filler_sees_all(reply):
+    env = FunctionSelectEnv(_problem(), "team", 1)
+    result = env.step("selector", reply)  # never raises
+    lone = FunctionSelectEnv(env.problem, "single", 1)
+    assert result.local_reward == PLAN_NONE and result.info["failed"] and not result.terminated
+    assert env.observe("filler") == lone.observe("caller")  # the fallback is exactly the lone agent's prompt
+
+
+# --- the same worked examples and the same shaping in both arms ------------------------------------
+def _tokenizer():
+    from transformers import AutoTokenizer
+
+    from pettingllms_cli.models.loader import resolve
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve("smollm2-135m-instruct"))
+    except (UserError, OSError) as e:
+        pytest.skip(f"SmolLM2's tokenizer is not available here: {e}")
+
+
+def _message_tokens(tokenizer, messages: list[dict], index: int) -> list[int]:
+    """The token ids of message `index` of the encoded prompt (from its <|im_start|> to the next one)."""
+    from pettingllms_cli.policy.prompts import encode
+
+    ids = encode(tokenizer, messages, None)
+    starts = [i for i, t in enumerate(ids) if t == tokenizer.convert_tokens_to_ids("<|im_start|>")]
+    return ids[starts[index] : starts[index + 1]]
+
+
+def test_worked_examples_are_token_identical_in_every_prompt():
+    tokenizer = _tokenizer()
+    problem = _problem()
+    team, lone = _team_after("Function: " + next(iter(problem.answer[0])), problem), FunctionSelectEnv(problem, "single", 1)
+    prompts = [team.observe("selector"), team.observe("filler"), lone.observe("caller")]
+    shots = [_message_tokens(tokenizer, p, 1) for p in prompts]
+    assert shots[0] == shots[1] == shots[2]
+    assert "circle_area" in tokenizer.decode(shots[0]) and all(p[1]["content"] == EXAMPLES for p in prompts)
+
+
+def test_the_lone_caller_earns_the_selectors_term_plus_the_fillers():
+    problem = _problem()
+    name, args = next(iter(problem.answer[0].items()))
+    key = next(iter(args))
+    wrong = render_tool_call(ToolCall(name, {k: (v[0] if k != key else "zzz 999") for k, v in args.items()}))
+    team = _team_after("Function: " + name, problem)
+    selector = team.transcript[-1]
+    filler = team.step("filler", wrong)
+    lone = FunctionSelectEnv(problem, "single", 1).step("caller", wrong)
+    share = (len(args) - 1) / len(args)
+    assert filler.local_reward == pytest.approx(share) and lone.local_reward == pytest.approx(PLAN_RIGHT + share)
+    assert selector["function"] == name and filler.team_reward == lone.team_reward == 0.0
+
+
+def test_an_unparseable_or_unoffered_call_is_invalid_in_both_arms():
+    for text in ["no call", render_tool_call(ToolCall("no_such_function", {}))]:
+        assert _team_after("Function: x").step("filler", text).local_reward == CALL_INVALID
+        assert FunctionSelectEnv(_problem(), "single", 1).step("caller", text).local_reward == pytest.approx(
+            CALL_INVALID + PLAN_NONE
+        )
+
+
+def test_a_right_call_solves_and_ends_the_episode_in_both_arms():
+    problem = _problem()
+    team = _team_after("Function: " + next(iter(problem.answer[0])), problem)
+    lone = FunctionSelectEnv(problem, "single", 3)
+    for env, role in ((team, "filler"), (lone, "caller")):
+        result = env.step(role, env.reference_action(role))
+        assert result.team_reward == 1.0 and env.success and env.done and env.attempts == 1
+
+
+# --- the data ---------------------------------------------------------------------------------------
+def test_unseen_split_shares_no_function_name_with_training():
+    catalogue = generated.catalogue()
+    trained = {f["name"] for p in FunctionSelectEnv.load_problems(UNSEEN, "train", 0, 2000) for f in p.meta["functions"]}
+    unseen = {f["name"] for p in FunctionSelectEnv.load_problems(UNSEEN, "test", 0, 64) for f in p.meta["functions"]}
+    assert trained == {e["name"] for e in catalogue["train"]} and unseen == {e["name"] for e in catalogue["unseen"]}
+    assert trained.isdisjoint(unseen) and len(unseen) >= 8
+
+
+def test_in_catalogue_held_out_requests_never_appear_in_training():
+    train = {p.question for p in FunctionSelectEnv.load_problems("generated", "train", 0, 3000)}
+    test = FunctionSelectEnv.load_problems("generated", "test", 0, 48)
+    assert len(test) == 48 and len({p.question for p in test}) == 48 and train.isdisjoint(p.question for p in test)
+
+
+def test_catalogue_shape_and_values_appear_in_the_request():
+    entries = generated.catalogue()["train"]
+    assert len(entries) >= 24 and len({e["domain"] for e in entries}) >= 5
+    kinds = {(a["type"], "enum" in a) for e in entries for a in e["parameters"]["properties"].values()}
+    assert {("string", False), ("integer", False), ("float", False), ("string", True)} <= kinds
+    for p in FunctionSelectEnv.load_problems("generated", "train", 3, 200):
+        name, args = next(iter(p.answer[0].items()))
+        assert 1 <= len(args) <= 3 and name in [f["name"] for f in p.meta["functions"]]
+        assert all(str(v[0]) in p.question for v in args.values())
+
+
+def test_generated_problems_are_bfcl_records(tmp_path):
+    problems = FunctionSelectEnv.load_problems("generated", "test", 0, 8)
+    questions, answers = generated.as_bfcl(problems)
+    (tmp_path / "possible_answer").mkdir()
+    for path, records in ((tmp_path / "q.json", questions), (tmp_path / "possible_answer" / "q.json", answers)):
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert load_bfcl(tmp_path / "q.json") == problems
+
+
+def test_bfcl_multiple_file_loads_and_its_references_pass_envs_check():
+    problems = FunctionSelectEnv.load_problems(str(FIXTURE), "train", 0, ALL) + FunctionSelectEnv.load_problems(
+        str(FIXTURE), "test", 0, ALL
+    )
+    assert len(problems) == 6 and all(len(p.meta["functions"]) >= 2 for p in problems)
+    report = check_env(FunctionSelectEnv, data=str(FIXTURE), limit=ALL)
+    assert report.ok and report.checked == 6, report.failures
+    done = _cli("envs", "check", "function_select_v0", "--data", str(FIXTURE))
+    assert done.returncode == 0 and "0 failed" in done.stdout
+
+
+@pytest.mark.parametrize("data", ["generated", UNSEEN])
+def test_env_contract(data):
+    report = check_env(FunctionSelectEnv, data=data, limit=4)
+    assert report.ok and report.passed > 20, report.failures
+
+
+# --- bad data: one line naming the record, exit 2 ----------------------------------------------------
+def _write(tmp_path: Path, functions: list[dict], gold: list[dict]) -> Path:
+    fn = {"name": "f", "parameters": {"properties": {"x": {"type": "integer"}}}}
+    q, a = tmp_path / "bad.json", tmp_path / "bad_answer.json"
+    rows = [("ok", [fn], [{"f": {"x": [1]}}]), ("broken", functions, gold)]
+    q.write_text("".join(json.dumps({"id": i, "question": "Use x 1.", "function": fns}) + "\n" for i, fns, _ in rows))
+    a.write_text("".join(json.dumps({"id": i, "ground_truth": g}) + "\n" for i, _, g in rows))
+    return q
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pettingllms_cli", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize(
+    ("functions", "gold", "says"),
+    [
+        ([], [{"f": {"x": [1]}}], "record 2 needs"),
+        (
+            [{"name": "g", "parameters": {"properties": {"x": {"type": "integer"}}}}],
+            [{"f": {"x": [1]}}],
+            "'broken' calls a function",
+        ),
+        (
+            [{"name": "f", "parameters": {"properties": {"x": {"type": "integer"}}}}],
+            [{"f": {"x": [1]}}, {"f": {"x": [2]}}],
+            "'broken' asks for 2 calls",
+        ),
+    ],
+)
+def test_bad_record_is_one_line_exit_2(tmp_path, functions, gold, says):
+    path = _write(tmp_path, functions, gold)
+    with pytest.raises(UserError, match=says):
+        FunctionSelectEnv.load_problems(str(path), "train", 0, 5)
+    done = _cli("envs", "check", "function_select_v0", "--data", str(path))
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+# --- the experiments -----------------------------------------------------------------------------------
+def test_compare_gives_both_arms_as_many_sampled_actions_per_step():
+    from pettingllms_cli.analysis.budget import budget_overrides, check_equal_arms
+
+    paths = [EXPERIMENTS / f"showcase_select_{arm}.yaml" for arm in ("single", "team", "team_shared")]
+    specs = [load_spec(p) for p in paths]
+    check_equal_arms(paths, specs)  # only what defines a team differs
+    assert budget_overrides(paths, specs, "actions") == [["algorithm.group_size=8"], [], []]
+    assert [s.specialization for s in specs[1:]] == ["per_agent", "shared"]

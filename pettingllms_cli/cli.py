@@ -32,6 +32,23 @@ app.add_typer(envs_app, name="envs")
 console = Console()
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from pettingllms_cli import __version__
+
+        say(f"pettingllms {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Train teams of LLM agents with multi-agent RL (AT-GRPO)."""
+
+
 def say(message: str) -> None:
     """Print a plain line: paths and names are never read as rich markup (`[x]` in a path stays)."""
     console.print(message, markup=False, highlight=False, soft_wrap=True)
@@ -442,6 +459,8 @@ def main() -> None:
     except Exception as e:  # usage errors (a bad flag value, an unknown option) carry their own exit code
         import click
 
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare `pettingllms` (or group): its help is already printed
+            sys.exit(0)
         if isinstance(e, click.exceptions.ClickException | typer.TyperException) and hasattr(e, "format_message"):
             _say_error(e.format_message())  # click's and typer's own (typer >= 0.29 vendors click): one line each
             sys.exit(e.exit_code)

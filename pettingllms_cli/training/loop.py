@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.distill import distill
@@ -60,6 +59,7 @@ from pettingllms_cli.training.dtypes import record_dtypes
 from pettingllms_cli.training.graceful import GracefulStop, StopNow
 from pettingllms_cli.training.lock import writer_lock
 from pettingllms_cli.training.metrics import heldout_metrics, step_metrics, team_metrics
+from pettingllms_cli.training.progress import progress_bar, status_line
 from pettingllms_cli.training.resume import Learner, RunState, resume_everywhere
 from pettingllms_cli.training.rundir import prepare_run_dir
 
@@ -325,22 +325,6 @@ def stop_if_stuck(spec: Experiment, state: RunState, run_dir: Path) -> None:
             f"agent(s) {', '.join(stuck)}: update skipped {limit} steps in a row at step {state.step} "
             f"(non-finite loss or gradient); lower algorithm.lr or use dtype float32/bfloat16 instead of float16, {then}"
         )
-
-
-def status_line(m: dict) -> str:
-    best = f"  best-of-K {m['best_branch_success_rate']:.2f}" if "best_branch_success_rate" in m else ""
-    return f"success {m['team_success_rate']:.2f}{best}  {m['tokens_per_second']:.0f} tok/s"
-
-
-def progress_bar(console: Console) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-    )
 
 
 # --- checkpoint and finish ------------------------------------------------------------------

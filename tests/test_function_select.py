@@ -58,7 +58,7 @@ def test_filler_sees_one_signature_and_the_lone_caller_all(i):
 def test_selector_sees_names_and_descriptions_but_no_signature():
     env = FunctionSelectEnv(_problem(), "team", 1)
     text = "\n".join(m["content"] for m in env.observe("selector"))
-    assert _signatures_in(env.observe("selector"), env.functions) == []
+    assert _signatures_in(env.observe("selector")[1 + len(EXAMPLES) :], env.functions) == []
     assert all(f"- {f['name']}: {f['description']}" in text for f in env.functions)
 
 
@@ -83,13 +83,13 @@ def _tokenizer():
         pytest.skip(f"SmolLM2's tokenizer is not available here: {e}")
 
 
-def _message_tokens(tokenizer, messages: list[dict], index: int) -> list[int]:
-    """The token ids of message `index` of the encoded prompt (from its <|im_start|> to the next one)."""
+def _message_tokens(tokenizer, messages: list[dict], first: int, last: int) -> list[int]:
+    """The token ids of messages `first` to `last` (excluded) of the encoded prompt, by their <|im_start|> marks."""
     from pettingllms_cli.policy.prompts import encode
 
     ids = encode(tokenizer, messages, None)
     starts = [i for i, t in enumerate(ids) if t == tokenizer.convert_tokens_to_ids("<|im_start|>")]
-    return ids[starts[index] : starts[index + 1]]
+    return ids[starts[first] : starts[last]]
 
 
 def test_worked_examples_are_token_identical_in_every_prompt():
@@ -97,9 +97,9 @@ def test_worked_examples_are_token_identical_in_every_prompt():
     problem = _problem()
     team, lone = _team_after("Function: " + next(iter(problem.answer[0])), problem), FunctionSelectEnv(problem, "single", 1)
     prompts = [team.observe("selector"), team.observe("filler"), lone.observe("caller")]
-    shots = [_message_tokens(tokenizer, p, 1) for p in prompts]
+    shots = [_message_tokens(tokenizer, p, 1, 1 + len(EXAMPLES)) for p in prompts]
     assert shots[0] == shots[1] == shots[2]
-    assert "circle_area" in tokenizer.decode(shots[0]) and all(p[1]["content"] == EXAMPLES for p in prompts)
+    assert "circle_area" in tokenizer.decode(shots[0]) and all(p[1 : 1 + len(EXAMPLES)] == EXAMPLES for p in prompts)
 
 
 def test_the_lone_caller_earns_the_selectors_term_plus_the_fillers():
@@ -224,11 +224,11 @@ def test_bad_record_is_one_line_exit_2(tmp_path, functions, gold, says):
 
 
 # --- the experiments -----------------------------------------------------------------------------------
-def test_compare_gives_both_arms_as_many_sampled_actions_per_step():
-    from pettingllms_cli.analysis.budget import budget_overrides, check_equal_arms
+def test_compare_levels_the_arms_against_the_team():
+    from pettingllms_cli.analysis.budget import check_equal_arms, reference_arm
 
     paths = [EXPERIMENTS / f"showcase_select_{arm}.yaml" for arm in ("single", "team", "team_shared")]
     specs = [load_spec(p) for p in paths]
     check_equal_arms(paths, specs)  # only what defines a team differs
-    assert budget_overrides(paths, specs, "actions") == [["algorithm.group_size=8"], [], []]
+    assert reference_arm(specs) == 1  # the per-agent team's spending in train.steps steps is the others' budget
     assert [s.specialization for s in specs[1:]] == ["per_agent", "shared"]

@@ -9,7 +9,8 @@ Layouts:
 - `single`: one `caller` sees the request and every offered signature with its description, and writes
   the whole call (prefilled up to the function's name).
 
-Both layouts' prompts hold the same worked examples, as one message token for token (`EXAMPLES`). The call
+Both layouts' prompts hold the same two worked examples, the same chat turns token for token (`EXAMPLES`:
+a request, two offered signatures, the call). The call
 that closes the round is handed in, right or wrong, which ends the episode (`max_turns` above 1 changes
 nothing). Only the first `<tool_call>` of a reply is read.
 
@@ -54,13 +55,26 @@ from pettingllms_cli.tools.calls import OPEN, ToolCall, parse_tool_call, render_
 UNSEEN = "generated-unseen"
 SELECTOR_SYSTEM = "Choose the function that answers the request. Write only its name."
 CALLER_SYSTEM = "Answer the request with one function call. Copy the argument values from the request."
-EXAMPLES = (  # the worked examples: one message, the same in every role's prompt
-    "Examples:\n"
-    "Request: Find the area of a circle with radius 3.\n"
-    + render_tool_call(ToolCall("circle_area", {"radius": 3}))
-    + "\nRequest: Book a taxi to 12 Oak Street for 2 people.\n"
-    + render_tool_call(ToolCall("book_taxi", {"address": "12 Oak Street", "passengers": 2}))
+SHOTS = (  # the worked examples, the same chat turns in every role's prompt: a request, 2 offered functions, the call
+    (
+        "Find the area of a circle with radius 3.",
+        ["circle_area(radius: integer) - Area of a circle.", "send_sms(phone: string, text: string) - Send a text message."],
+        ToolCall("circle_area", {"radius": 3}),
+    ),
+    (
+        "Book a taxi to 12 Oak Street for 2 people.",
+        ["play_radio(station: string) - Play a radio station.", "book_taxi(address: string, passengers: integer) - Book a taxi."],
+        ToolCall("book_taxi", {"address": "12 Oak Street", "passengers": 2}),
+    ),
 )
+EXAMPLES: list[Message] = [
+    message
+    for request, offered, call in SHOTS
+    for message in (
+        {"role": "user", "content": f"Request: {request}\nFunctions:\n" + "\n".join(offered)},
+        {"role": "assistant", "content": render_tool_call(call)},
+    )
+]
 NAME_PREFIX = f'{OPEN}{{"name": "'  # the lone caller (and a filler with no choice) writes the name on
 _NAME_RE = re.compile(r"[A-Za-z_][\w.]*")
 
@@ -84,14 +98,14 @@ def described(fn: dict) -> str:
 
 
 def named_function(text: str, names: list[str]) -> str | None:
-    """The offered function a selector's reply names: its first word, exactly (None for anything else).
+    """The offered function a selector's reply names: its first word that is an offered name, whole (None if none is).
 
-    >>> named_function("Function: get_weather.", ["get_weather", "book_hotel"]), named_function("weather", ["get_weather"])
+    >>> names = ["get_weather", "book_hotel"]
+    >>> named_function("Function: def get_weather.", names), named_function("get_weather_now", names)
     ('get_weather', None)
     """
-    match = _NAME_RE.search(text.removeprefix(PLAN_PREFIX))
-    word = match.group(0).rstrip(".") if match else ""
-    return word if word in names else None
+    words = (w.rstrip(".") for w in _NAME_RE.findall(text.removeprefix(PLAN_PREFIX)))
+    return next((w for w in words if w in names), None)
 
 
 def choice_term(name: str | None, offered: list[str], right: set[str]) -> float:
@@ -139,7 +153,7 @@ class FunctionSelectEnv(TurnEnv):
     def _prompt(self, system: str, offered: str, prefix: str) -> list[Message]:
         return [
             {"role": "system", "content": system},
-            {"role": "user", "content": EXAMPLES},
+            *EXAMPLES,
             {"role": "user", "content": f"Request: {self.problem.question}\n{offered}"},
             {"role": "assistant", "content": prefix},
         ]

@@ -307,8 +307,10 @@ def compare(
     budget: Annotated[
         str,
         typer.Option(
-            help="What is held equal: `actions` (sampled actions per turn: fewer roles, larger groups), `tokens` "
-            "(fewer roles, more steps) or `steps` (nothing scaled)."
+            help="What is held equal: `actions` (actions_total: sampled, play-outs and intents) or `tokens` "
+            "(tokens_total). The budget of each seed is what the arm with the most roles (the first on a tie) spends in "
+            "train.steps steps; every other arm trains until its running total reaches it, so totals agree within one "
+            "step. `steps`: nothing levelled."
         ),
     ] = "actions",
     data: Annotated[

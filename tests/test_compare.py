@@ -69,31 +69,35 @@ def test_writes_three_files_with_one_row_per_spec(compared):
     assert {"improvement_factor_ci", "attempts_factor_ci", "convergence_factor_ci", "success_gain_ci"} <= set(result["ratios"][0])
     runs = result["runs"]
     assert {name: [r["seed"] for r in rs] for name, rs in runs.items()} == {"solo": [0, 1], "smoke": [0, 1]}
-    assert all(r["status"] == "trained" and r["steps"] == 2 for rs in runs.values() for r in rs)
+    assert all(r["status"] == "trained" for rs in runs.values() for r in rs)
+    # The team (2 roles x K=2 a step) is the reference; the lone agent (1 x 2) trains until it has spent as much.
+    assert {name: [r["steps"] for r in rs] for name, rs in runs.items()} == {"solo": [4, 4], "smoke": [2, 2]}
     # Every run was scored on the same held-out problems.
     for rs in runs.values():
         for r in rs:
             scored = json.loads((Path(r["run_dir"]) / "compare_eval.json").read_text())
             assert [e["id"] for e in scored["final"]["per_episode"]] == [p["id"] for p in result["held_out"]["problems"]]
     md = (out / "compare.md").read_text()
-    # spec, layout, roles, seeds, K: the lone agent samples 2x2 candidates per group to match the team's 2 roles x 2.
-    assert md.count("\n| solo | single | 1 | 2 | 4 |") == 1 and md.count("\n| smoke | multi | 2 | 2 | 2 |") == 1
+    # spec, layout, roles, seeds, K: both arms keep their group size; the lone agent takes more steps instead.
+    assert md.count("\n| solo | single | 1 | 2 | 2 |") == 1 and md.count("\n| smoke | multi | 2 | 2 | 2 |") == 1
     assert "| smoke/solo |" in md
 
 
-def test_default_budget_samples_equal_actions_per_step_and_says_so(compared):
+def test_default_budget_spends_equal_actions_and_says_so(compared):
     _, out = compared
     result = json.loads((out / "compare.json").read_text())
     budget = result["budget"]
-    assert budget["mode"] == "actions" and "K*R_max/R" in budget["how"]
-    assert budget["overrides"] == {"solo": ["algorithm.group_size=4"], "smoke": []}
-    assert budget["sampled_actions_per_step"] == {"solo": 4, "smoke": 4}  # 1 problem x 1 role x 4 = 1 x 2 roles x 2
+    assert budget["mode"] == "actions" and budget["reference"] == "smoke" and "within one step" in budget["how"]
+    assert budget["per_seed"] == {"0": 8, "1": 8}  # the team's 2 steps x 1 problem x 2 roles x K=2
+    levelled = ["train.stop_at_actions=8", "train.steps=4"]  # steps: the bound, 8 actions at 1 problem x K=2 a step
+    assert budget["overrides"] == {"smoke": {"0": [], "1": []}, "solo": {"0": levelled, "1": levelled}}
+    assert budget["sampled_actions_per_step"] == {"solo": 2, "smoke": 4}
     for runs in result["runs"].values():
         for run in runs:
             rows = [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
-            assert [r["sampled_actions"] for r in rows] == [4, 4]
-    a, b = (row["sampled_actions"] for row in result["rows"])
-    assert a == b == 8  # per seed: 2 steps x 4
+            assert sum(r["actions_total"] for r in rows) == 8
+    assert [row["actions_total"] for row in result["rows"]] == [8, 8]
+    assert "within one step's worth (checked)" in (out / "compare.md").read_text()
 
 
 def test_seed_1_is_scored_on_the_problems_compare_json_lists(compared):
@@ -116,7 +120,7 @@ def test_held_out_curve_is_logged_and_drives_convergence(compared):
     assert result["convergence"]["metric"].startswith("heldout_success_rate")
     for runs in result["runs"].values():
         for run in runs:
-            assert [s for s, _ in run["heldout_curve"]] == [1, 2]  # train.eval_every: 1
+            assert [s for s, _ in run["heldout_curve"]] == list(range(1, run["steps"] + 1))  # train.eval_every: 1
 
 
 def test_verdict_opens_the_reports_and_the_terminal(compared, tmp_path, monkeypatch, capsys):
@@ -260,10 +264,10 @@ def test_changed_spec_is_not_reused(compared, tmp_path):
     from pettingllms_cli.training.compare import run_state, seeded
 
     (solo, _), out = compared
-    levelled = ["algorithm.group_size=4"]  # what --budget actions gave the lone agent
+    levelled = ["train.stop_at_actions=8", "train.steps=4"]  # what --budget actions gave the lone agent
     assert run_state(seeded(solo, 0, 2, levelled), out / "solo" / "seed0") == "done"
-    assert run_state(seeded(solo, 0, 2), out / "solo" / "seed0") == "stale"  # another group size
-    assert run_state(seeded(solo, 0, 3, levelled), out / "solo" / "seed0") == "stale"  # another budget
+    assert run_state(seeded(solo, 0, 2), out / "solo" / "seed0") == "stale"  # no budget
+    assert run_state(seeded(solo, 0, 2, ["train.stop_at_actions=6", "train.steps=4"]), out / "solo" / "seed0") == "stale"
     assert run_state(seeded(solo, 1, 2, levelled), out / "solo" / "seed0") == "stale"  # another seed
     assert run_state(seeded(solo, 0, 2, levelled), tmp_path / "fresh") == "new"
 
@@ -278,7 +282,7 @@ def test_run_from_before_a_new_knob_is_reused_and_resumable(compared, tmp_path):
     from pettingllms_cli.training.rundir import spec_changes
 
     (solo, _), out = compared
-    spec = seeded(solo, 0, 2, ["algorithm.group_size=4"])
+    spec = seeded(solo, 0, 2, ["train.stop_at_actions=8", "train.steps=4"])
     run = shutil.copytree(out / "solo" / "seed0", tmp_path / "seed0")
     saved = yaml.safe_load((run / "spec.yaml").read_text())
     del saved["algorithm"]["tis_cap"], saved["vllm"]  # written by a version without these knobs
@@ -357,46 +361,67 @@ def test_data_file_scores_every_arm_on_its_problems(compared, tmp_path, monkeypa
 
 
 def test_budget_modes_level_compute_as_documented(spec_files):
-    from pettingllms_cli.analysis.budget import budget_overrides
+    from pettingllms_cli.analysis.budget import budget_overrides, reference_arm
     from pettingllms_cli.spec import load_spec
 
-    specs = [load_spec(p) for p in spec_files]  # 1 role (K=2, 2 steps) and 2 roles (K=2, 2 steps)
-    assert budget_overrides(list(spec_files), specs, "actions") == [["algorithm.group_size=4"], []]
-    assert budget_overrides(list(spec_files), specs, "tokens") == [["train.steps=4"], []]
-    assert budget_overrides(list(spec_files), specs, "steps") == [[], []]
+    solo, team = (load_spec(p) for p in spec_files)  # 1 role and 2 roles, K=2, 1 problem a step, 2 steps
+    assert reference_arm([solo, team]) == 1 and reference_arm([team, solo]) == 0 and reference_arm([solo, solo]) == 0
+    assert budget_overrides(solo, "actions", 30) == ["train.stop_at_actions=30", "train.steps=15"]  # >= K x 1 a step
+    assert budget_overrides(solo, "tokens", 3) == ["train.stop_at_tokens=3", "train.steps=2"]  # never below train.steps
+    assert budget_overrides(solo, "steps", 30) == []
 
 
-def test_one_role_and_three_roles_sample_the_same_actions_per_step(tmp_path, monkeypatch):
-    """The issue's case: a lone agent against a 3-role team, default budget, tiny model, 1 step, 1 seed."""
-    from pettingllms_cli.envs import ENVS
-    from pettingllms_cli.envs.base import Outcome
-    from pettingllms_cli.envs.math_tool import MathToolEnv
+def test_a_run_that_spent_its_budget_is_finished_below_train_steps(compared, tmp_path):
+    """train.steps is an upper bound once a budget is set: a run that reached it is reused, one that did not resumes."""
+    import shutil
 
-    class TrioMathEnv(MathToolEnv):
-        """math_tool_v0 with a reviewer between caller and verifier; it comments, changes nothing, solves nothing."""
+    from pettingllms_cli.training.compare import run_state, seeded
 
-        name = "trio_math_v0"
-        layouts = {"multi": ("tool_caller", "reviewer", "verifier"), "single": ("solver",)}
+    (solo, _), out = compared
+    run = shutil.copytree(out / "solo" / "seed0", tmp_path / "seed0")  # 4 steps, 8 actions, checkpointed at step 4
+    for total, state in ((8, "done"), (9, "partial")):
+        spec = seeded(solo, 0, 2, [f"train.stop_at_actions={total}", "train.steps=50"])
+        (run / "spec.yaml").write_text(yaml.safe_dump(spec.model_dump(mode="json")))
+        assert run_state(spec, run) == state
 
-        def _act(self, role: str, text: str) -> Outcome:
-            return Outcome(0.0, 0.0) if role == "reviewer" else super()._act(role, text)
 
-    monkeypatch.setitem(ENVS, "trio_math_v0", TrioMathEnv)
+def test_budget_below_one_step_of_an_arm_exits_2_naming_it(spec_files, tmp_path, monkeypatch, capsys):
+    """The team spends 4 actions in its 1 step; the lone agent (K=8) spends 8 in one: no budget of 4 fits it."""
+    solo = yaml.safe_load(spec_files[0].read_text())
+    solo["algorithm"]["group_size"] = 8
+    spec_files[0].write_text(yaml.safe_dump(solo))
+    args = ["compare", *map(str, spec_files), "--seeds", "1", "--max-steps", "1", "--allow-unequal", "--out", str(tmp_path / "o")]
+    assert run_cli(args, monkeypatch) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "solo seed0 spends 8 actions in one step" in err and "budget of 4" in err and "smallest budget that works is 8" in err
+    assert not (tmp_path / "o" / "compare.json").exists()
+
+
+def test_lone_agent_and_deferred_team_spend_equal_actions(tmp_path, monkeypatch):
+    """The issue's case: a lone agent against the math `team` layout (planner and validator deferred: their candidates
+    are played out to the reader), default budget, tiny model, 2 steps, 1 seed. Play-outs count: actions_total agrees
+    within one of the lone agent's steps (levelling group sizes instead left the lone agent at half the team's)."""
     solo_path, team_path = write_specs(tmp_path)
-    trio, solo = yaml.safe_load(team_path.read_text()), yaml.safe_load(solo_path.read_text())
-    for tree in (trio, solo):
-        tree["env"]["name"] = "trio_math_v0"
-    trio["name"] = "trio"
-    trio["agents"]["verifier"]["roles"] = ["reviewer", "verifier"]  # 2 agents, 3 roles
-    (tmp_path / "trio.yaml").write_text(yaml.safe_dump(trio))
-    solo_path.write_text(yaml.safe_dump(solo))
+    team = yaml.safe_load(team_path.read_text())
+    team["name"], team["env"]["layout"] = "team", "team"
+    lora = {"r": 4, "alpha": 8}
+    team["agents"] = {role: {"model": "tiny", "roles": [role], "lora": lora} for role in ("planner", "validator", "reader")}
+    for path, tree in ((team_path, team), (solo_path, yaml.safe_load(solo_path.read_text()))):
+        tree["train"]["eval_every"] = 2  # one held-out point per 2 steps: the lone agent takes many
+        path.write_text(yaml.safe_dump(tree))
     out = tmp_path / "out"
-    args = ["compare", str(solo_path), str(tmp_path / "trio.yaml"), "--seeds", "1", "--max-steps", "1", "--out", str(out)]
+    args = ["compare", str(solo_path), str(team_path), "--seeds", "1", "--max-steps", "2", "--out", str(out)]
     assert run_cli(args, monkeypatch) == 0
     result = json.loads((out / "compare.json").read_text())
-    assert result["budget"]["overrides"] == {"solo": ["algorithm.group_size=6"], "trio": []}  # K=2 x 3 roles
-    assert result["budget"]["sampled_actions_per_step"] == {"solo": 6, "trio": 6}
-    assert [row["roles"] for row in result["rows"]] == [1, 3]
+    assert result["budget"]["reference"] == "team" and [row["roles"] for row in result["rows"]] == [1, 3]
+    (solo_run,), (team_run,) = result["runs"]["solo"], result["runs"]["team"]
+    assert team_run["steps"] == 2 and team_run["playout_actions"] > 0  # the deferred roles' play-outs
+    lines = (out / "solo" / "seed0" / "metrics.jsonl").read_text().splitlines()
+    solo_steps = [json.loads(line)["actions_total"] for line in lines]
+    assert sum(solo_steps) == solo_run["actions_total"] and len(solo_steps) == solo_run["steps"] > 2
+    assert 0 <= solo_run["actions_total"] - team_run["actions_total"] < solo_steps[-1]  # within one step's worth
+    assert result["budget"]["actions_total"] == {"solo": solo_run["actions_total"], "team": team_run["actions_total"]}
 
 
 def test_rescoring_restores_the_learned_role_assignment(spec_files, tmp_path, monkeypatch):

@@ -5,17 +5,15 @@ roles, specialization, role assignment, distillation, coordination and credit. E
 field (models, LoRA settings, all of `algorithm` and `train`, `env.data`, `options`,
 `max_turns`, `eval_problems`, the reward weights) must be equal, or `compare` refuses.
 
-Compute (`--budget`): a team with R roles samples K actions per role, so per step and turn it
-draws R*K actions per problem where a lone agent draws K. The arms are brought level with the
-arm of the most roles, R_max:
-- `actions` (default): an arm of R roles samples K*R_max/R candidates per group: same problems,
-  same steps, larger groups (more samples per prompt for the advantage estimate, not more data).
-  Per turn that is as many actions as the team's; per step only when the arms' episodes last as
-  many turns (a team whose judges send calls back plays more turns than a lone agent that hands
-  in at once), which is why the measured actions and tokens are reported beside.
-- `tokens`: an arm of R roles runs R_max/R times the steps (same K, same problems per step), so
-  it samples about as many tokens in all; the measured tokens are reported beside.
-- `steps`: nothing is scaled (same steps, problems and K; the team samples R_max/R times more).
+Compute (`--budget`): the budget is what the reference arm spends in its `train.steps` steps, seed by
+seed; the reference arm is the arm with the most roles (the first of them when several tie), the team
+in a team-against-lone-agent compare. Every other arm keeps its own group size and batch and trains
+until its running total reaches that budget (`train.stop_at_actions` / `stop_at_tokens`, with
+`train.steps` raised to an upper bound it cannot need), so its total lies within one of its steps of
+the reference arm's (compare checks this):
+- `actions` (default): `actions_total`, every action sampled: candidates, play-outs and intents.
+- `tokens`: `tokens_total`, every token sampled, play-outs and intents included.
+- `steps`: nothing levelled: same steps, problems and K; a team of R roles samples R times the actions.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from pathlib import Path
 from pettingllms_cli.envs import ENVS
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.spec import Experiment
+from pettingllms_cli.spec.limits import MAX_STEPS
 
 TEAM_KEYS = (
     "env.layout",
@@ -86,35 +85,41 @@ def roles_of(spec: Experiment) -> int:
     return len(ENVS[spec.env.name].layouts[spec.env.layout])
 
 
-def budget_overrides(paths: list[Path], specs: list[Experiment], budget: str) -> list[list[str]]:
-    """Per arm, the `--set` overrides that level its compute with the arm of the most roles (module docstring)."""
+TOTAL_OF = {"actions": "actions_total", "tokens": "tokens_total"}  # the whole-run total each budget holds equal
+STOP_FIELD = {"actions": "train.stop_at_actions", "tokens": "train.stop_at_tokens"}
+
+
+def check_budget(budget: str) -> None:
     if budget not in BUDGETS:
         raise UserError(f"--budget {budget!r}: use one of {', '.join(BUDGETS)}")
+
+
+def reference_arm(specs: list[Experiment]) -> int:
+    """The arm whose spending in `train.steps` steps is the budget: the most roles, the first of them on a tie."""
     most = max(roles_of(s) for s in specs)
-    overrides = []
-    for path, spec in zip(paths, specs, strict=True):
-        scale, rest = divmod(most, roles_of(spec))
-        if rest:
-            raise UserError(
-                f"{path}: {roles_of(spec)} roles do not divide the {most} of the largest arm, so --budget {budget} "
-                "cannot level them by a whole factor; compare arms whose role counts divide, or use --budget steps"
-            )
-        if budget == "actions" and scale > 1:
-            overrides.append([f"algorithm.group_size={spec.algorithm.group_size * scale}"])
-        elif budget == "tokens" and scale > 1:
-            overrides.append([f"train.steps={spec.train.steps * scale}"])
-        else:
-            overrides.append([])
-    return overrides
+    return next(i for i, s in enumerate(specs) if roles_of(s) == most)
 
 
-def describe_budget(budget: str) -> str:
+def budget_overrides(spec: Experiment, budget: str, total: int) -> list[str]:
+    """The `--set` overrides that make an arm stop once it has spent `total` (the reference arm's, for this seed).
+
+    `train.steps` becomes an upper bound it cannot need: every step samples at least K candidates for each of its
+    problems, each of at least one token.
+    """
+    if budget == "steps":
+        return []
+    least_per_step = spec.algorithm.group_size * spec.train.problems_per_step
+    bound = min(MAX_STEPS, max(spec.train.steps, -(-total // least_per_step)))
+    return [f"{STOP_FIELD[budget]}={total}", f"train.steps={bound}"]
+
+
+def describe_budget(budget: str, reference: str) -> str:
     """One sentence on how the arms were levelled (for compare.json and compare.md)."""
-    return {
-        "actions": "equal candidates per group and turn: an arm of R roles samples K*R_max/R candidates per group "
-        "(same problems and steps, larger groups); that is equal sampled actions per step only when the arms' episodes "
-        "last as many turns, so the measured actions and tokens per arm are in the table",
-        "tokens": "equal expected sampled tokens: an arm of R roles runs R_max/R times the steps (same K and problems "
-        "per step); measured tokens are in the table, and its convergence step counts its own (R_max/R times more) steps",
-        "steps": "equal steps, problems and group size; nothing scaled, so a team of R roles samples R times the actions",
-    }[budget]
+    if budget == "steps":
+        return "equal steps, problems and group size; nothing levelled, so a team of R roles samples about R times the actions"
+    what = {"actions": "actions (sampled, play-outs and intents)", "tokens": "sampled tokens (play-outs and intents in)"}
+    return (
+        f"equal {what[budget]}: the budget of each seed is what {reference} (the arm with the most roles) spent in its "
+        f"train.steps steps; every other arm, at its own group size and batch, trained until its running {TOTAL_OF[budget]} "
+        "reached that budget, so the arms' totals agree within one step's worth (checked)"
+    )

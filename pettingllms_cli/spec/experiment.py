@@ -292,6 +292,18 @@ class TrainSpec(Strict):
         description="Held-out problems scored every `eval_every` steps: the first N of the held-out set (fixed), "
         f"1 to {MAX_PROBLEMS:,}.",
     )
+    stop_at_actions: int | None = Field(
+        None,
+        ge=1,
+        description="Stop once the run's actions (sampled, play-outs and intents, summed over its steps: `actions_total`) "
+        "reach N; `steps` is then an upper bound. `compare --budget actions` sets it. Unset: run `steps` steps.",
+    )
+    stop_at_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Stop once the run's sampled tokens (play-outs and intents in: `tokens_total`) reach N; `steps` is "
+        "then an upper bound. `compare --budget tokens` sets it. Unset: run `steps` steps.",
+    )
 
     @model_validator(mode="after")
     def _eval_every_fits(self) -> TrainSpec:

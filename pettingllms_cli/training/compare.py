@@ -2,7 +2,8 @@
 held-out problems, and write compare.md / compare.json / compare.html.
 
 Arms may differ only in what defines a team, and their compute is levelled (`--budget`,
-budget.py). Every arm and seed is scored greedily on one held-out set (or `--data FILE`), with
+budget.py): the arm with the most roles trains first, and every other arm trains until it has spent
+what that arm spent, seed by seed. Every arm and seed is scored greedily on one held-out set (or `--data FILE`), with
 the role assignment its run learned; convergence is read from the held-out curve that
 `train.eval_every` logs, never from training success (docs/metrics.md).
 
@@ -23,7 +24,15 @@ from pathlib import Path
 from rich.console import Console
 
 from pettingllms_cli import distributed
-from pettingllms_cli.analysis.budget import budget_overrides, check_equal_arms, describe_budget, roles_of
+from pettingllms_cli.analysis.budget import (
+    TOTAL_OF,
+    budget_overrides,
+    check_budget,
+    check_equal_arms,
+    describe_budget,
+    reference_arm,
+    roles_of,
+)
 from pettingllms_cli.analysis.render import console_table, ratios_table, verdict, write_outputs
 from pettingllms_cli.analysis.stats import (
     censored_convergence,
@@ -94,8 +103,17 @@ def _run_state(spec: Experiment, run_dir: Path) -> str:
     if as_current(saved) != spec.model_dump(mode="json"):
         return "stale"  # a knob added since the run, at its default, is no change (as_current)
     steps = [s for s, _ in complete_checkpoints(run_dir)]
-    finished = spec.train.steps in steps and (run_dir / "eval_after.json").is_file()
+    ended = bool(steps) and (spec.train.steps in steps or spent_its_budget(spec, run_dir, max(steps)))
+    finished = ended and (run_dir / "eval_after.json").is_file()
     return "done" if finished else ("partial" if steps else "stale")
+
+
+def spent_its_budget(spec: Experiment, run_dir: Path, step: int) -> bool:
+    """Had the run spent its `train.stop_at_*` budget by `step` (its newest checkpoint)? `train.steps` is then only a bound."""
+    from pettingllms_cli.training.loop import spent_so_far
+    from pettingllms_cli.training.metrics import budget_reached
+
+    return budget_reached(spec, spent_so_far(run_dir, step))
 
 
 def ensure_run(spec: Experiment, run_dir: Path, console: Console, again: str | None = None) -> str:
@@ -420,13 +438,13 @@ def compare(
         raise UserError(f"--seeds {seeds}: need at least one seed")
     specs = load_arms(paths, max_steps)
     check_comparable(paths, specs, allow_unequal)
-    levelled = budget_overrides(paths, specs, budget)
+    check_budget(budget)
     if any(s.train.eval_every is None for s in specs):
         console.print("no held-out curve (train.eval_every unset): convergence will not be measured; set train.eval_every")
     base = specs[0]
     problems = held_out(base, episodes, data)
     again = again or shlex.join(["pettingllms", "compare", *map(str, paths), "--seeds", str(seeds), "--out", str(out)])
-    runs_by_spec = train_arms(paths, specs, levelled, seeds, max_steps, out, problems, threshold, window, console, again)
+    runs_by_spec, levelling = train_arms(paths, specs, budget, seeds, max_steps, out, problems, threshold, window, console, again)
     method, unit = interval_method(runs_by_spec), convergence_unit(budget, runs_by_spec)  # one of each for every arm
     rows = [spec_row(spec, path, runs_by_spec[spec.name], method, unit) for path, spec in zip(paths, specs, strict=True)]
     result = {
@@ -441,8 +459,8 @@ def compare(
         },
         "budget": {
             "mode": budget,
-            "how": describe_budget(budget),
-            "overrides": {spec.name: extra for spec, extra in zip(specs, levelled, strict=True)},
+            "how": describe_budget(budget, levelling["reference"]),
+            **levelling,  # the reference arm, each seed's budget and each run's overrides
             "sampled_actions_per_step": {row["spec"]: row["sampled_actions_per_step"] for row in rows},  # means, all steps
             "actions_total": {row["spec"]: row["actions_total"] for row in rows},  # per seed, play-outs and intents in
             "tokens_total": {row["spec"]: row["tokens_total"] for row in rows},
@@ -467,7 +485,7 @@ def compare(
 def train_arms(
     paths: list[Path],
     specs: list[Experiment],
-    levelled: list[list[str]],
+    budget: str,
     seeds: int,
     max_steps: int | None,
     out: Path,
@@ -476,8 +494,9 @@ def train_arms(
     window: int,
     console: Console,
     again: str,
-) -> dict[str, list[dict]]:
-    """Train (or reuse) and score every spec x seed in turn: {spec name: one summary per finished seed}.
+) -> tuple[dict[str, list[dict]], dict]:
+    """Train (or reuse) and score every spec x seed in turn: {spec name: one summary per finished seed}, and how they
+    were levelled (budget.py): the reference arm's seeds first, since what each spent is the others' budget.
 
     The first SIGINT/SIGTERM in a training step finishes that step, checkpoints it and raises Stopped (exit 130)
     naming the runs still missing; elsewhere (loading, scoring) it stops at once. A stopped seed is never summarised,
@@ -486,24 +505,54 @@ def train_arms(
     from pettingllms_cli.training.graceful import GracefulStop, StopNow
     from pettingllms_cli.training.lock import writer_lock
 
-    plan = [(path, spec, extra, seed) for path, spec, extra in zip(paths, specs, levelled, strict=True) for seed in range(seeds)]
-    names = [f"{spec.name} seed{seed}" for _, spec, _, seed in plan]
+    ref = reference_arm(specs)
+    others = [i for i in range(len(specs)) if i != ref]
+    order = list(range(len(specs))) if budget == "steps" else [ref, *others]  # the reference arm's totals are the budget
+    plan = [(i, seed) for i in order for seed in range(seeds)]
+    names = [f"{specs[i].name} seed{seed}" for i, seed in plan]
     runs_by_spec: dict[str, list[dict]] = {spec.name: [] for spec in specs}
+    levelling = {"reference": specs[ref].name, "per_seed": {}, "overrides": {spec.name: {} for spec in specs}}
     with GracefulStop() as stop:
         stop.at_once()  # outside train's own steps there is no step to finish
-        for i, (path, spec, extra, seed) in enumerate(plan):
-            run_dir = out / spec.name / f"seed{seed}"
+        for n, (i, seed) in enumerate(plan):
+            path, spec, run_dir = paths[i], specs[i], out / specs[i].name / f"seed{seed}"
+            extra = [] if i == ref else budget_overrides(spec, budget, levelling["per_seed"].get(seed, 0))
             try:
                 run_spec = seeded(path, seed, max_steps, extra)
                 with writer_lock(run_dir, "then rerun this compare (finished runs are reused)"):  # one writer per run
                     status = ensure_run(run_spec, run_dir, console, again)
                     scored = score_run(run_spec, run_dir, problems) if status != "stopped" else {}
             except StopNow as e:
-                raise Stopped(stopped_message(names[i:], e.signal_name, again)) from None
+                raise Stopped(stopped_message(names[n:], e.signal_name, again)) from None
             if status == "stopped":  # train finished its step, checkpointed and returned
-                raise Stopped(stopped_message(names[i:], f"{names[i]} checkpointed", again))
-            runs_by_spec[spec.name].append(run_summary(run_spec, run_dir, status, scored, threshold, window))
-    return runs_by_spec
+                raise Stopped(stopped_message(names[n:], f"{names[n]} checkpointed", again))
+            summary = run_summary(run_spec, run_dir, status, scored, threshold, window)
+            if budget != "steps" and i == ref:
+                levelling["per_seed"][seed] = int(summary[TOTAL_OF[budget]])
+            elif budget != "steps":
+                check_levelled(budget, summary, levelling["per_seed"][seed], specs[ref], names[n])
+            levelling["overrides"][spec.name][seed] = extra
+            runs_by_spec[spec.name].append(summary)
+    return runs_by_spec, levelling
+
+
+def check_levelled(budget: str, run: dict, target: int, reference: Experiment, name: str) -> None:
+    """The run spent its budget to within one of its steps; a budget below one step of it cannot be met (exit 2)."""
+    from pettingllms_cli.analysis.report import read_metrics
+
+    key = TOTAL_OF[budget]
+    steps = [spent([row])[key] for row in read_metrics(Path(run["run_dir"]))]
+    if steps and steps[0] > target:
+        raise UserError(
+            f"--budget {budget}: {name} spends {steps[0]} {budget} in one step, more than the budget of {target} "
+            f"({reference.name} in {reference.train.steps} steps); the smallest budget that works is {steps[0]}: raise "
+            f"--max-steps (or {reference.name}'s train.steps) until {reference.name} spends at least that, or use --budget steps"
+        )
+    if not steps or not 0 <= run[key] - target < steps[-1]:
+        raise UserError(
+            f"--budget {budget}: {name} spent {run[key]} {budget} where the budget is {target} (within one step: "
+            f"{steps[-1] if steps else 0}); it stopped at its train.steps bound: rerun this compare with a larger --max-steps"
+        )
 
 
 def stopped_message(missing: list[str], why: str, again: str) -> str:

@@ -12,6 +12,8 @@ test_signals.py, test_run_lock.py, test_damage.py):
   and sampling are not bit-reproducible, so repeats and resumes agree only approximately.
 - Graceful stop: SIGINT/SIGTERM finish the current step, write a checkpoint and return; in the
   final held-out eval (after the last checkpoint) they stop at once and say how to finish.
+- Budget: with `train.stop_at_actions` / `stop_at_tokens` set (`compare` sets them), the run stops after the
+  step whose running total reaches it, checkpoints that step and finishes; `train.steps` is then an upper bound.
 - Guards: a non-finite loss or gradient skips that agent's update (update.py); after
   `train.max_skipped_in_a_row` in a row the run stops with a message. The output folder is
   probed and the disk space checked before training starts.
@@ -36,7 +38,7 @@ from pettingllms_cli.algorithms.grpo import batch_std, group_advantages, verdict
 from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import AgentStats, update
 from pettingllms_cli.analysis.evaluate import evaluate
-from pettingllms_cli.analysis.report import write_report
+from pettingllms_cli.analysis.report import read_metrics, write_report
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import load_split, problems_fingerprint
 from pettingllms_cli.errors import UserError
@@ -58,7 +60,7 @@ from pettingllms_cli.training.checkpoint import (
 from pettingllms_cli.training.dtypes import record_dtypes
 from pettingllms_cli.training.graceful import GracefulStop, StopNow
 from pettingllms_cli.training.lock import writer_lock
-from pettingllms_cli.training.metrics import heldout_metrics, step_metrics, team_metrics
+from pettingllms_cli.training.metrics import budget_reached, heldout_metrics, running_totals, step_metrics, team_metrics
 from pettingllms_cli.training.progress import progress_bar, status_line
 from pettingllms_cli.training.resume import Learner, RunState, resume_everywhere
 from pettingllms_cli.training.rundir import prepare_run_dir
@@ -125,11 +127,14 @@ def train_locked(
         learner = Learner(team, optimizers, roles)
         state = resume_everywhere(learner, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
         sampler.push_adapters()  # a resume loaded other adapters
+        spent = distributed.on_main(spent_so_far, run_dir, state.step)  # train.stop_at_*: the steps already done count
+        by_budget = spec.train.stop_at_actions is not None or spec.train.stop_at_tokens is not None  # steps: upper bound
 
         with progress_bar(console) as bar:
-            task = bar.add_task(spec.name, total=spec.train.steps, completed=min(state.step, spec.train.steps), status="")
+            total = None if by_budget else spec.train.steps  # a budget's step count is known only when it is reached
+            task = bar.add_task(spec.name, total=total, completed=min(state.step, spec.train.steps), status="")
             for step in range(state.step, spec.train.steps):
-                if distributed.any_rank(bool(stop.requested)):
+                if distributed.any_rank(bool(stop.requested)) or budget_reached(spec, spent):
                     break
                 began = time.perf_counter()
                 torch.manual_seed(step_seed(spec.seed, step))  # sampling depends on (seed, step) only
@@ -152,14 +157,16 @@ def train_locked(
                 metrics |= team_metrics(team, roles, whole, distilled)  # reward parts, roles per episode, memory, distillation
                 metrics |= heldout_metrics(team, roles, spec, eval_problems, state.step)  # every train.eval_every steps
                 metrics = clean_metrics(metrics)  # NaN/inf -> null, floats rounded (docs/metrics.md)
+                spent = running_totals([spent, metrics])  # every rank logged the whole step: all agree
                 if distributed.is_main():
                     append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
                 stop_if_stuck(spec, state, run_dir)
-                checkpoint_due = state.step % spec.train.checkpoint_every == 0 or state.step == spec.train.steps
+                last = state.step == spec.train.steps or budget_reached(spec, spent)
+                checkpoint_due = state.step % spec.train.checkpoint_every == 0 or last
                 ranks_sha = distributed.gather([adapters_sha(team)]) if checkpoint_due else []  # ranks must agree
                 if checkpoint_due and distributed.is_main():
                     save(learner, spec, run_dir, state, train_problems, ranks_sha)  # checkpoint
-                shown = state.step % spec.train.log_every == 0 or state.step == spec.train.steps  # train.log_every
+                shown = state.step % spec.train.log_every == 0 or last  # train.log_every
                 bar.update(task, advance=1, **({"status": status_line(metrics)} if shown else {}))
         if distributed.any_rank(bool(stop.requested)):
             if distributed.is_main():
@@ -177,6 +184,11 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed % 2**63)
+
+
+def spent_so_far(run_dir: Path, steps: int) -> dict[str, int]:
+    """What the first `steps` steps spent (metrics.jsonl), so a resumed run stops at the same budget (train.stop_at_*)."""
+    return running_totals([r for r in read_metrics(run_dir) if r["step"] <= steps])
 
 
 def make_sampler(team: Team, spec: Experiment, closing: contextlib.ExitStack) -> Sampler:

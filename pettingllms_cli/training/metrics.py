@@ -115,6 +115,24 @@ def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentSt
     }
 
 
+BUDGET_TOTALS = {"stop_at_actions": "actions_total", "stop_at_tokens": "tokens_generated"}  # TrainSpec field -> row key
+
+
+def running_totals(rows: list[dict]) -> dict[str, int]:
+    """What the run has spent so far, summed over its metrics rows, in the units `train.stop_at_*` counts.
+
+    >>> running_totals([{"actions_total": 12, "tokens_generated": 40}, {"actions_total": 36, "tokens_generated": 90}])
+    {'actions_total': 48, 'tokens_generated': 130}
+    """
+    return {key: sum(int(r.get(key) or 0) for r in rows) for key in BUDGET_TOTALS.values()}
+
+
+def budget_reached(spec: Experiment, totals: dict[str, int]) -> bool:
+    """Has the run spent its `train.stop_at_actions` / `stop_at_tokens`? (Never, when neither is set.)"""
+    limits = {key: getattr(spec.train, field) for field, key in BUDGET_TOTALS.items()}
+    return any(limit is not None and totals[key] >= limit for key, limit in limits.items())
+
+
 def heldout_metrics(team: Team, roles: RoleAssigner, spec: Experiment, eval_problems: list[Problem], step: int) -> dict:
     """At every `train.eval_every`-th step: greedy success on the first `eval_subset` held-out problems (a fixed set).
 

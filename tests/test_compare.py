@@ -371,6 +371,18 @@ def test_budget_modes_level_compute_as_documented(spec_files):
     assert budget_overrides(solo, "steps", 30) == []
 
 
+def test_a_run_stops_once_its_running_total_reaches_the_budget(spec_files):
+    from pettingllms_cli.spec import load_spec
+    from pettingllms_cli.training.metrics import budget_reached, running_totals
+
+    rows = [{"actions_total": 12, "tokens_generated": 60}, {"actions_total": 36, "tokens_generated": 40}]
+    by_tokens = load_spec(spec_files[0], ["train.stop_at_tokens=100"])
+    assert budget_reached(by_tokens, running_totals(rows)) and not budget_reached(by_tokens, running_totals(rows[:1]))
+    by_actions = load_spec(spec_files[0], ["train.stop_at_actions=49"])
+    assert not budget_reached(by_actions, running_totals(rows))  # 48 actions: one more step
+    assert not budget_reached(load_spec(spec_files[0]), running_totals(rows * 100))  # no budget: train.steps decides
+
+
 def test_a_run_that_spent_its_budget_is_finished_below_train_steps(compared, tmp_path):
     """train.steps is an upper bound once a budget is set: a run that reached it is reused, one that did not resumes."""
     import shutil

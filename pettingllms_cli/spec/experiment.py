@@ -295,14 +295,16 @@ class TrainSpec(Strict):
     stop_at_actions: int | None = Field(
         None,
         ge=1,
+        le=10**15,
         description="Stop once the run's actions (sampled, play-outs and intents, summed over its steps: `actions_total`) "
-        "reach N; `steps` is then an upper bound. `compare --budget actions` sets it. Unset: run `steps` steps.",
+        "reach N, 1 to 10^15; `steps` is then an upper bound. `compare --budget actions` sets it. Unset: run `steps` steps.",
     )
     stop_at_tokens: int | None = Field(
         None,
         ge=1,
-        description="Stop once the run's sampled tokens (play-outs and intents in: `tokens_total`) reach N; `steps` is "
-        "then an upper bound. `compare --budget tokens` sets it. Unset: run `steps` steps.",
+        le=10**15,
+        description="Stop once the run's sampled tokens (play-outs and intents in: `tokens_total`) reach N, 1 to 10^15; "
+        "`steps` is then an upper bound. `compare --budget tokens` sets it. Unset: run `steps` steps.",
     )
 
     @model_validator(mode="after")

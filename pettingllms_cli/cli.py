@@ -189,27 +189,32 @@ def models_pull(name: Annotated[str, typer.Argument(help="Built-in model alias."
 def envs_list() -> None:
     """List environments with their versions and role layouts."""
     from pettingllms_cli.envs import ENVS
+    from pettingllms_cli.envs.registry import ENTRY_POINT_GROUP as ENVS_GROUP
 
     table = Table("name", "version", "layouts")
     for name, env in sorted(ENVS.items()):
         table.add_row(name, str(env.version), "; ".join(f"{k}: {', '.join(v)}" for k, v in env.layouts.items()))
+    for name in ENVS.entry_point_names():  # installed packages' envs, loaded only when used
+        table.add_row(name, "-", f"entry point {ENVS_GROUP}")
     console.print(table)
 
 
 @envs_app.command("check")
 def envs_check(
-    name: Annotated[str, typer.Argument(help="Registered env name (see `pettingllms envs list`).")],
+    name: Annotated[str, typer.Argument(help="Registered env name (see `pettingllms envs list`) or import path `module:Class`.")],
     data: Annotated[str, typer.Option(help="A data file in a format the env reads, or `generated`.")] = "generated",
     limit: Annotated[int, typer.Option(min=1, max=MAX_PROBLEMS, help="Problems per split (train and test) to replay.")] = 8,
     seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Seed for generated problems.")] = 0,
 ) -> None:
     """Check an env's contract and replay reference (must solve) and corrupted (must fail) solutions."""
-    from pettingllms_cli.envs import ENVS
+    from pettingllms_cli.envs import ENVS, EnvError
     from pettingllms_cli.envs.checker import check_env
 
-    if name not in ENVS:
-        raise UserError(f"env {name!r} is not registered; known: {', '.join(sorted(ENVS))}")
-    report = check_env(ENVS[name], data=data, limit=limit, seed=seed)
+    try:
+        env = ENVS.resolve(name)  # a built-in, an entry point or `module:Class`
+    except EnvError as e:
+        raise UserError(str(e)) from None
+    report = check_env(env, data=data, limit=limit, seed=seed)
     for failure in report.failures:
         console.print(f"[red]FAIL[/red] {escape(failure)}", highlight=False, soft_wrap=True)
     of = f" of {report.available}" if report.available is not None else ""

@@ -40,7 +40,10 @@ NUMBER_TYPES = (int, float, int | None, float | None)  # fields where YAML's tru
 
 
 class EnvSpec(Strict):
-    name: str = Field(description="Registered environment name with version, e.g. `math_tool_v0` (see `pettingllms envs list`).")
+    name: str = Field(
+        description="Registered environment name with version, e.g. `math_tool_v0` (see `pettingllms envs list`), or your "
+        "own env's import path `mypkg.envs:MyEnv` (docs/envs.md, 'Your own env')."
+    )
     layout: str = Field(
         "multi", description="Which role layout of the env to use: `multi` (named roles) or `single` (one role does everything)."
     )
@@ -365,9 +368,7 @@ class Experiment(Strict):
         for name in list(self.models) + list(self.agents):
             if not re.fullmatch(NAME_RE, name):  # "caller\n" would name a folder with a newline
                 raise ValueError(f"name {name!r} must be letters, digits and _ (starting with a letter)")
-        env_cls = ENVS.get(self.env.name)
-        if env_cls is None:
-            raise ValueError(f"env.name: unknown env {self.env.name!r}; known: {', '.join(sorted(ENVS))}")
+        env_cls = ENVS.resolve(self.env.name)  # built-in, entry point or `module:Class`; else an EnvError naming why
         if self.env.layout not in env_cls.layouts:
             raise ValueError(f"env.layout: {self.env.name} has layouts {sorted(env_cls.layouts)}, not {self.env.layout!r}")
         self._check_env_options(env_cls)

@@ -106,3 +106,17 @@ def test_bad_import_path_is_one_line_exit_2(tmp_path: Path, name: str, says: str
         err = done.stderr.strip()
         assert done.returncode == 2 and len(err.splitlines()) == 1 and says in err and name in err, err
         assert "Traceback" not in err
+
+
+def test_entry_point_names_an_env_like_a_builtin(monkeypatch) -> None:
+    from importlib.metadata import EntryPoint
+
+    from pettingllms_cli.envs import registry
+
+    points = [EntryPoint(name="echo_v0", value=PATH, group=registry.ENTRY_POINT_GROUP)]
+    monkeypatch.setattr(registry, "entry_points", lambda group: [p for p in points if p.group == group])
+    envs = registry.EnvRegistry(dict(ENVS))
+    assert envs.entry_point_names() == ["echo_v0"]
+    assert envs["echo_v0"] is EchoEnv and "echo_v0" in envs  # loaded on first lookup, then kept
+    with pytest.raises(KeyError, match="unknown env 'echo_v1'"):
+        envs["echo_v1"]

@@ -117,6 +117,7 @@ def test_entry_point_names_an_env_like_a_builtin(monkeypatch) -> None:
     monkeypatch.setattr(registry, "entry_points", lambda group: [p for p in points if p.group == group])
     envs = registry.EnvRegistry(dict(ENVS))
     assert envs.entry_point_names() == ["echo_v0"]
-    assert envs["echo_v0"] is EchoEnv and "echo_v0" in envs  # loaded on first lookup, then kept
+    assert envs["echo_v0"] is EchoEnv and envs.resolved == {"echo_v0": EchoEnv}  # loaded on first lookup, then kept
+    assert "echo_v0" not in envs and sorted(envs) == sorted(ENVS)  # iterating lists the built-ins only
     with pytest.raises(KeyError, match="unknown env 'echo_v1'"):
         envs["echo_v1"]

@@ -1,9 +1,9 @@
 """Envs by name: the built-ins, those a package registers under the `pettingllms.envs` entry point group, and any
 `module:Class` import path (docs/envs.md, "Your own env").
 
-`EnvRegistry` is a plain `name -> class` dict of the built-ins; a name it does not hold is looked up when first
-asked for (an entry point, then an import path) and kept, so `ENVS[spec.env.name]` works everywhere once the spec
-validated.
+`EnvRegistry` is a plain `name -> class` dict of the built-ins (what iterating it lists); a name it does not hold
+is looked up when first asked for (an entry point, then an import path) and remembered apart, so
+`ENVS[spec.env.name]` works everywhere once the spec validated.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ class EnvError(ValueError):
 
 
 class EnvRegistry(dict[str, type[TurnEnv]]):
-    """The built-in envs; other names resolve on first lookup (`resolve`) and are kept."""
+    """The built-in envs; other names resolve on first lookup (`resolve`) and are remembered, not listed."""
+
+    def __init__(self, builtins: dict[str, type[TurnEnv]]) -> None:
+        super().__init__(builtins)
+        self.resolved: dict[str, type[TurnEnv]] = {}  # entry points and import paths looked up so far
 
     def __missing__(self, name: str) -> type[TurnEnv]:
         try:
@@ -35,9 +39,9 @@ class EnvRegistry(dict[str, type[TurnEnv]]):
         """The env class `name` stands for; an `EnvError` naming it and the reason when none."""
         if name in self:
             return self[name]
-        env = from_entry_point(name) or from_import_path(name, sorted(self))
-        self[name] = env
-        return env
+        if name not in self.resolved:
+            self.resolved[name] = from_entry_point(name) or from_import_path(name, sorted(self))
+        return self.resolved[name]
 
     def entry_point_names(self) -> list[str]:
         """Names packages register under `pettingllms.envs` (not loaded)."""

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from pettingllms_cli.envs.code import CODE_PREFIX, DATA_DIR, load_code_file
+from pettingllms_cli.envs.code import DATA_DIR, load_code_file
 from pettingllms_cli.tools import sandbox
 from tests.test_conformance_mbpp import PERTURB, TIMEOUT, env_solves
 

@@ -140,11 +140,14 @@ def test_fewer_problems_than_ranks(tmp_path):
 
 # --- compare on two ranks ---------------------------------------------------------------------------
 def table(out: Path) -> dict:
-    """compare.json without wall-clock seconds, the run folder and the status (trained or reused)."""
+    """compare.json without wall-clock seconds (total, training, measurement), the run folder and the status (trained or reused)."""
     result = json.loads((out / "compare.json").read_text())
-    result["rows"] = [{k: v for k, v in r.items() if k != "wall_seconds"} for r in result["rows"]]
-    drop = {"wall_seconds", "run_dir", "status"}
-    result["runs"] = {name: [{k: v for k, v in r.items() if k not in drop} for r in rs] for name, rs in result["runs"].items()}
+    result["rows"] = [{k: v for k, v in r.items() if not k.startswith("wall_seconds")} for r in result["rows"]]
+    drop = {"run_dir", "status"}
+    result["runs"] = {
+        name: [{k: v for k, v in r.items() if k not in drop and not k.startswith("wall_seconds")} for r in rs]
+        for name, rs in result["runs"].items()
+    }
     return result
 
 

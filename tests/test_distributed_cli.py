@@ -140,7 +140,7 @@ def test_fewer_problems_than_ranks(tmp_path):
 
 # --- compare on two ranks ---------------------------------------------------------------------------
 def table(out: Path) -> dict:
-    """compare.json without wall-clock seconds (total, training, measurement), the run folder and the status (trained or reused)."""
+    """compare.json without wall-clock seconds (any of them), the run folder and the status (trained or reused)."""
     result = json.loads((out / "compare.json").read_text())
     result["rows"] = [{k: v for k, v in r.items() if not k.startswith("wall_seconds")} for r in result["rows"]]
     drop = {"run_dir", "status"}

@@ -62,4 +62,6 @@ def test_fork_bomb_from_the_tool_agent_is_a_penalty():
     env = _env("sokoban_v0")
     res = env.step("tool_agent", CODE_PREFIX + "import os\nwhile True:\n    os.fork()\n```")
     assert res.local_reward < 0 and res.team_reward == 0.0
-    assert "not allowed" in env.observe("plan_agent")[-2]["content"]
+    seen = env.observe("plan_agent")[-2]["content"]
+    # the kernel sandbox refuses the first fork (RLIMIT_NPROC: EAGAIN); the best_effort mode's audit hook names it
+    assert "BlockingIOError" in seen or "not allowed" in seen

@@ -17,11 +17,11 @@ TINY = {"max_turns": 1, "eval_problems": 2}  # one round, two held-out problems:
 BUDGET = {"problems_per_step": 1, "max_new_tokens": 4, "eval_every": 1, "eval_subset": 2}  # a held-out point a step
 
 
-def write_specs(folder: Path) -> tuple[Path, Path]:
+def write_specs(folder: Path, env: dict = TINY, train: dict = BUDGET) -> tuple[Path, Path]:
     """The smoke team (multi layout, two agents) and a single-agent variant on the same budget."""
     team = yaml.safe_load((ROOT / "experiments" / "smoke.yaml").read_text())
-    team["env"] |= TINY
-    team["train"] |= BUDGET
+    team["env"] |= env
+    team["train"] |= train
     team["algorithm"]["group_size"] = 2
     solo = json.loads(json.dumps(team))
     solo["name"] = "solo"

@@ -550,19 +550,11 @@ def test_report_refuses_a_run_another_process_writes(run_dir: Path, monkeypatch,
 
 # --- 2. compare stops like train ------------------------------------------------------------------------------
 def compare_specs(folder: Path) -> tuple[Path, Path]:
-    """Two tiny arms (the smoke team and a lone agent), 3 steps, so a seed is stopped mid-way."""
-    team = yaml.safe_load(SMOKE.read_text())
-    team["env"] |= {"max_turns": 1, "eval_problems": 1}
-    team["train"] |= {"problems_per_step": 1, "max_new_tokens": 4, "checkpoint_every": 100, "steps": 6}
-    team["algorithm"]["group_size"] = 2
-    solo = json.loads(json.dumps(team))
-    solo["name"] = "solo"
-    solo["env"]["layout"] = "single"
-    solo["agents"] = {"solver": {"model": "tiny", "roles": ["solver"], "lora": {"r": 4, "alpha": 8}}}
-    paths = folder / "solo.yaml", folder / "team.yaml"
-    paths[0].write_text(yaml.safe_dump(solo))
-    paths[1].write_text(yaml.safe_dump(team))
-    return paths
+    """Two tiny arms (the smoke team and a lone agent), 6 steps, so a seed is stopped mid-way."""
+    from tests.test_compare import write_specs
+
+    train = {"problems_per_step": 1, "max_new_tokens": 4, "checkpoint_every": 100, "steps": 6}
+    return write_specs(folder, env={"max_turns": 1, "eval_problems": 1}, train=train)
 
 
 def test_sigterm_stops_compare_after_the_step_and_a_rerun_resumes_the_seed(tmp_path: Path, monkeypatch) -> None:

@@ -30,9 +30,7 @@ def clip(text: str, limit: int) -> str:
     """
     if len(text) <= limit:
         return text
-    mark = f" ... {human_size(len(text))} cut"
-    keep = max(0, limit - len(mark))
-    mark = f" ... {human_size(len(text) - keep)} cut"  # what was removed, not what there was
+    keep, mark = _cut(len(text), limit, " ... {} cut")
     return text[:keep] + mark if keep else mark.strip()[:limit]
 
 
@@ -44,7 +42,11 @@ def clip_left(text: str, limit: int) -> str:
     """
     if len(text) <= limit:
         return text
-    mark = f"[... {human_size(len(text))} cut] "
-    keep = max(0, limit - len(mark))
-    mark = f"[... {human_size(len(text) - keep)} cut] "
+    keep, mark = _cut(len(text), limit, "[... {} cut] ")
     return mark + text[len(text) - keep :] if keep else mark.strip()[:limit]
+
+
+def _cut(size: int, limit: int, template: str) -> tuple[int, str]:
+    """(characters kept, the mark) for cutting `size` characters to `limit`, the mark naming what was removed."""
+    keep = max(0, limit - len(template.format(human_size(size))))
+    return keep, template.format(human_size(size - keep))

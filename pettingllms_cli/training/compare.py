@@ -572,4 +572,4 @@ def held_out(base: Experiment, episodes: int | None, data: str | None) -> list[P
     return eval_problems(base, "test", base.seed, episodes or base.env.eval_problems)
 
 
-__all__ = ["compare", "console_table", "ratios_table"]  # cli.py prints the tables compare_report.py builds
+__all__ = ["compare", "console_table", "ratios_table"]  # cli/compare.py prints the tables built here

@@ -309,6 +309,11 @@ class TrainSpec(Strict):
         description="Stop once the run's sampled tokens (play-outs and intents in: `tokens_total`) reach N, 1 to 10^15; "
         "`steps` is then an upper bound. `compare --budget tokens` sets it. Unset: run `steps` steps.",
     )
+    report_to: list[Literal["tensorboard", "wandb", "trackio"]] = Field(
+        default_factory=list,
+        description="Experiment trackers that also get every metrics.jsonl row (docs/tracking.md): any of tensorboard "
+        "(event files in the run directory's tb/), wandb, trackio. Default: none.",
+    )
 
     @model_validator(mode="after")
     def _eval_every_fits(self) -> TrainSpec:

@@ -22,7 +22,14 @@ from pettingllms_cli.spec import Experiment, dump_spec
 from pettingllms_cli.training.lock import LOCK_FILE
 
 # Spec fields that change no step's computation: --resume accepts new values for them without --force.
-RESUME_FREE_FIELDS = {"train.steps", "train.log_every", "train.checkpoint_every", "train.max_skipped_in_a_row", "output_dir"}
+RESUME_FREE_FIELDS = {
+    "train.steps",
+    "train.log_every",
+    "train.checkpoint_every",
+    "train.max_skipped_in_a_row",
+    "train.report_to",
+    "output_dir",
+}
 
 
 def run_dir_of(path: Path) -> Path | None:
@@ -46,6 +53,8 @@ RUN_ENTRIES = {
     "report.md",
     "report.html",
     "plots",
+    "tb",  # train.report_to: tensorboard (tracking.py)
+    "wandb",  # train.report_to: wandb
     LOCK_FILE,
 }
 LEFTOVER_RE = re.compile(r"^\.(.+\.tmp|write-probe)-\d+$")  # write_atomic's and probe_writable's files, cut by a kill

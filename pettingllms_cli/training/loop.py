@@ -64,6 +64,7 @@ from pettingllms_cli.training.metrics import budget_reached, heldout_metrics, ru
 from pettingllms_cli.training.progress import progress_bar, status_line
 from pettingllms_cli.training.resume import Learner, RunState, resume_everywhere
 from pettingllms_cli.training.rundir import prepare_run_dir
+from pettingllms_cli.training.tracking import Trackers, check_trackers
 
 WALL_CLOCK_KEYS = (  # vary run to run
     "seconds",
@@ -93,6 +94,7 @@ def train(
     if resume_command is None:
         resume_command = shlex.join(["pettingllms", "train", f"{run_dir}/spec.yaml", "--out", f"{run_dir}", "--resume"])
     problems = load_problems(spec)  # bad data fails here, before the run directory or any model exists
+    check_trackers(spec.train.report_to)  # a missing wandb/trackio too
     with writer_lock(run_dir, f"then resume with: {resume_command}"):  # one writer per run directory
         return train_locked(spec, run_dir, resume, overwrite, console, force, resume_command, problems)
 
@@ -127,6 +129,7 @@ def train_locked(
         learner = Learner(team, optimizers, roles)
         state = resume_everywhere(learner, spec, run_dir, train_problems, changes, force, console) if resume else RunState()
         sampler.push_adapters()  # a resume loaded other adapters
+        trackers = closing.enter_context(Trackers(spec, run_dir, state.step))  # train.report_to
         spent = distributed.on_main(spent_so_far, run_dir, state.step)  # train.stop_at_*: the steps already done count
         by_budget = spec.train.stop_at_actions is not None or spec.train.stop_at_tokens is not None  # steps: upper bound
 
@@ -160,6 +163,7 @@ def train_locked(
                 spent = running_totals([spent, metrics])  # every rank logged the whole step: all agree
                 if distributed.is_main():
                     append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
+                    trackers.log(metrics)
                 stop_if_stuck(spec, state, run_dir)
                 last = state.step == spec.train.steps or budget_reached(spec, spent)
                 checkpoint_due = state.step % spec.train.checkpoint_every == 0 or last
@@ -175,6 +179,7 @@ def train_locked(
             return run_dir
         if not finish_or_stop(learner, spec, run_dir, eval_problems, stop, resume_command, console):
             return run_dir
+        trackers.end(run_dir, state.step)  # the held-out scores and the report's plots
     distributed.barrier()  # the other ranks return once rank 0's files exist (compare reads them next)
     return run_dir
 

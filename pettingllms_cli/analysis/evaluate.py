@@ -92,13 +92,16 @@ def tool_call_validity(transcripts: list[list[dict]]) -> dict[str, float]:
 
 
 def episode_record(episode: Episode) -> dict:
-    """What one episode did, compactly: outcome and each action's text (to diff two policies)."""
+    """What one episode did: outcome and each action's text (to diff two policies), and the whole transcript (each
+    role's action with what the env made of it: tool results, verdicts), so a report can show the same problem before
+    and after training."""
     return {
         "id": episode.id,
         "question": episode.question,  # ids repeat across seeds and files; the content says what was scored
         "success": episode.success,
         "attempts": episode.attempts,
         "actions": [t["text"] for t in episode.transcript],
+        "transcript": episode.transcript,
     }
 
 

@@ -167,6 +167,43 @@ def test_console_table_fits_80_columns_with_whole_spec_names():
     assert "quickstart_single_long_name" in text  # one piece, not wrapped
 
 
+def test_tables_in_a_log_keep_whole_names_and_headers(capsys):
+    """Under nohup or CI stdout is a file, where rich would narrow the tables to 80 columns and fold long names."""
+    from pettingllms_cli.cli.compare import print_result
+
+    long_a, long_b = "baseline_single_agent_" + "a" * 40, "planner_and_verifier_team_" + "b" * 40
+    row = {
+        "spec": long_a,
+        "initial_success": 0.5,
+        "final_success": 0.875,
+        "final_success_ci": [0.6, 1.0],
+        "mean_attempts": 1.25,
+        "converged_seeds": 2,
+        "seeds": 3,
+        "actions_total": 12345.0,
+    }
+    result = {
+        "verdict": "B solves more held-out problems than A at equal sampled actions.",
+        "rows": [row, {**row, "spec": long_b}],
+        "ratios": [
+            {
+                "pair": f"{long_b}/{long_a}",
+                **{f"{k}_factor": 1.234 for k in ("improvement", "attempts", "convergence")},
+                **{f"{k}_factor_ci": [0.5, 2.5] for k in ("improvement", "attempts", "convergence")},
+            }
+        ],
+    }
+    print_result(result)  # capsys: stdout is not a terminal
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == result["verdict"]
+    for name in (long_a, long_b, f"{long_b}/{long_a}"):
+        assert any(name in line for line in lines), (name, lines)  # whole, on one line
+    headers = ("spec", "before", "after", "95% CI", "attempts", "converged", "actions/seed", "B/A", "success", "convergence")
+    assert all(any(h in line for line in lines) for h in headers), lines
+    assert not any("…" in line for line in lines), lines  # nothing cut with an ellipsis
+    assert max(map(len, lines)) > 80  # the natural width, not the 80 columns rich assumes for a file
+
+
 def test_unknown_budget_is_refused(spec_files, tmp_path, monkeypatch, capsys):
     args = ["compare", *map(str, spec_files), "--budget", "flops", "--out", str(tmp_path / "o")]
     assert run_cli(args, monkeypatch) == 2

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from pettingllms_cli import distributed
 from pettingllms_cli.cli.common import app, check_ready, console, out_path, say
@@ -57,7 +58,6 @@ def compare(
     from pettingllms_cli.analysis.budget import BUDGETS
     from pettingllms_cli.spec import load_spec
     from pettingllms_cli.training.compare import compare as run_compare
-    from pettingllms_cli.training.compare import console_table, ratios_table
 
     out = out_path(out)
     if budget not in BUDGETS:
@@ -79,7 +79,19 @@ def compare(
         data=data,
         again=again,
     )
-    console.print(result["verdict"], markup=False, highlight=False)
-    console.print(console_table(result))
-    console.print(ratios_table(result))
+    print_result(result)
     say(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.html'}")
+
+
+LOG_WIDTH = 10_000  # wider than any table: in a log, rich cuts or folds nothing
+
+
+def print_result(result: dict) -> None:
+    """The verdict, the spec rows and the factors. In a terminal the tables fit its width; in a log (nohup, CI) they
+    keep their natural width, since rich would otherwise narrow them to 80 columns and fold spec names."""
+    from pettingllms_cli.training.compare import console_table, ratios_table
+
+    say(result["verdict"])
+    tables = console if console.is_terminal else Console(file=console.file, width=LOG_WIDTH, highlight=False)
+    tables.print(console_table(result))
+    tables.print(ratios_table(result))

@@ -13,8 +13,9 @@ from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import read_json, write_json
 from pettingllms_cli.models.precision import resolve_precision
 from pettingllms_cli.spec import Experiment
+from pettingllms_cli.training.provenance import provenance
 
-RESOLVED_FILE = "resolved.json"  # {"models": {name: {"dtype": ..., "why": ...}}}; the report shows it
+RESOLVED_FILE = "resolved.json"  # {"models": {name: {"dtype", "why"}}, "provenance": {"commit", "version", "started"}}
 
 
 def resolved_dtypes(spec: Experiment, device: torch.device) -> dict[str, dict[str, str]]:
@@ -43,12 +44,14 @@ def record_dtypes(spec: Experiment, run_dir: Path, resume: bool, force: bool) ->
     """
     now = resolved_dtypes(spec, distributed.device())
     path = run_dir / RESOLVED_FILE
-    changes = dtype_changes(read_json(path), now) if resume else {}
+    saved = read_json(path) if resume else None
+    changes = dtype_changes(saved, now) if resume else {}
     if changes and not force:
         key, (old, new) = next(iter(changes.items()))
         raise UserError(
             f"{run_dir}: the run trained {key} in {old}, but here it resolves to {new} ({now[key.split('.')[1]]['why']}); "
             f"resume where it resolves to {old}, or add --force to continue in {new}"
         )
-    write_json(path, {"models": now})
+    kept = saved.get("provenance") if isinstance(saved, dict) else None  # a resumed run keeps the commit it began with
+    write_json(path, {"models": now, "provenance": kept or provenance()})  # the report's header names both
     return changes

@@ -46,3 +46,19 @@ def test_plain_progress_counts_from_a_resume_and_flushes(tmp_path: Path) -> None
     expected = "step 6/10  success 0.50  held-out 0.25  a r 0.40 loss -  12 tok/s  elapsed 0:00:00  eta 0:00:00"
     assert text.startswith(expected), text
     assert len(text.splitlines()) == 1
+
+
+def test_terminal_bar_shows_eta_and_each_agents_reward_and_loss() -> None:
+    from rich.console import Console
+
+    from pettingllms_cli.training.progress import progress_bar
+
+    console = Console(force_terminal=True, width=200, record=True, color_system=None)
+    row = {"team_success_rate": 0.5, "reward/caller": 0.4, "loss/caller": 0.0123, "reward/verifier": 0.55}
+    with progress_bar(console) as bar:
+        assert not isinstance(bar, PlainProgress)  # a terminal gets rich's live bar
+        task = bar.add_task("smoke", total=10, completed=0, status="")
+        bar.update(task, advance=3, status=status_line({**row, "loss/verifier": -0.004, "tokens_per_second": 85.0}))
+    shown = console.export_text().splitlines()[-1]
+    assert re.search(r"smoke .* 3/10 \d+:\d\d:\d\d eta \d+:\d\d:\d\d ", shown), shown  # after one update, not -:--:--
+    assert "caller r 0.40 loss 0.0123" in shown and "verifier r 0.55 loss -0.0040" in shown and "85 tok/s" in shown, shown

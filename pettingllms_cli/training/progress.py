@@ -11,23 +11,42 @@ import time
 from datetime import timedelta
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 
 def progress_bar(console: Console) -> Progress | PlainProgress:
     """Rich's bar (with an ETA) in a terminal; elsewhere one plain line per shown step."""
     if not console.is_terminal:
         return PlainProgress(console)
-    return Progress(
+    return TrainProgress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
+        EtaColumn(),
         TextColumn("{task.fields[status]}"),
         console=console,
     )
+
+
+class TrainProgress(Progress):
+    """Rich's Progress that remembers where a task began (a resume's step), so the ETA counts this process's steps."""
+
+    def add_task(self, description: str, start: bool = True, total: float | None = 100.0, completed: int = 0, **fields) -> TaskID:
+        return super().add_task(description, start, total, completed, first=completed, **fields)
+
+
+class EtaColumn(ProgressColumn):
+    """`eta H:MM:SS` at this process's pace since the bar began, as the plain lines count it.
+
+    Rich's own TimeRemainingColumn estimates speed from the last 30 s only: with steps longer than that it never
+    shows an ETA.
+    """
+
+    def render(self, task: Task) -> Text:
+        left = eta(task.elapsed or 0.0, int(task.completed - task.fields.get("first", 0)), task.total, int(task.completed))
+        return Text(f"eta {'-:--:--' if left is None else _clock(left)}", style="progress.remaining")
 
 
 def status_line(m: dict) -> str:

@@ -19,6 +19,7 @@ import pettingllms_cli.cli.train  # noqa: F401
 import pettingllms_cli.cli.evaluate  # noqa: F401
 import pettingllms_cli.cli.compare  # noqa: F401
 import pettingllms_cli.cli.use  # noqa: F401
+import pettingllms_cli.cli.serve  # noqa: F401
 import pettingllms_cli.cli.catalogue  # noqa: F401
 
 # isort: on

@@ -19,7 +19,14 @@ CheckpointOpt = Annotated[int | None, typer.Option(min=0, help="Use checkpoints/
 def play(
     run: RunArg,
     checkpoint: CheckpointOpt = None,
-    question: Annotated[str | None, typer.Option(help="A new problem in free text (envs whose problem is a question).")] = None,
+    question: Annotated[
+        str | None,
+        typer.Option(help="A new problem in free text: math, a function-calling request (with --functions) or a SQL question."),
+    ] = None,
+    functions: Annotated[
+        Path | None,
+        typer.Option(help="With --question, for function_call_v0/function_select_v0: a JSON list of BFCL function schemas."),
+    ] = None,
     data: Annotated[str | None, typer.Option(help="A data file (or `generated`): play one of its held-out problems.")] = None,
     index: Annotated[
         int | None, typer.Option(min=0, help="With --data: which held-out problem, from 0 (as `eval` orders them).")
@@ -37,7 +44,7 @@ def play(
     from pettingllms_cli.training.play import play as run_play
     from pettingllms_cli.training.play import show
 
-    record = run_play(run, question, data, index, checkpoint, temperature, seed)
+    record = run_play(run, question, data, index, checkpoint, temperature, seed, functions)
     if json_:
         print(json.dumps(record, indent=2))
     else:

@@ -13,46 +13,17 @@ from pathlib import Path
 import torch
 
 from pettingllms_cli.envs import Problem
-from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.envs.messages import generated_part, prefill
+from pettingllms_cli.envs.review import DUE
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.rollout.episodes import make_envs
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.rollout.tree import tree_rollout
-from pettingllms_cli.spec import Experiment
+from pettingllms_cli.training.play_problem import problem_of
 from pettingllms_cli.training.trained import trained
 
-NO_ANSWER = float("nan")  # a free-text question has no reference answer: nothing the team says counts as solved
-# Envs whose problem is a question alone, built from free text; the others need their data's records.
-FROM_TEXT = {"math_tool_v0"}
-
-
-def question_problem(spec: Experiment, text: str) -> Problem:
-    """A problem from free text, where the env's problem is a question alone; otherwise one line naming the input it needs."""
-    if not text.strip():
-        raise UserError("--question is empty; write the question, e.g. --question 'Tom has 12 apples and buys 7. How many?'")
-    if spec.env.name not in FROM_TEXT:
-        raise UserError(
-            f"--question: {spec.env.name} cannot build a problem from free text (it needs the data's other fields); "
-            "use --data FILE --index I"
-        )
-    return Problem("question", text.strip(), NO_ANSWER)
-
-
-def data_problem(spec: Experiment, data: str, index: int) -> Problem:
-    """The `index`-th (0-based) held-out problem of `data`, in the order `eval --data` scores them."""
-    if index < 0:
-        raise UserError(f"--index {index}: must be 0 or more")
-    problems = load_split(spec.env.name, data, "test", spec.seed, index + 1, spec.env.options)
-    return problems[index]
-
-
-def problem_of(spec: Experiment, question: str | None, data: str | None, index: int | None) -> Problem:
-    if (question is None) == (data is None):
-        raise UserError("give one of --question TEXT or --data FILE --index I")
-    if data is not None and index is None:
-        raise UserError("--data needs --index I (which held-out problem to play, from 0)")
-    return question_problem(spec, question) if question is not None else data_problem(spec, data, index)
+# What an env's action info says of the reference answer; a free-text problem has none, so it is left out.
+ANSWER_JUDGED = {"matches", DUE}
 
 
 def play(
@@ -63,14 +34,16 @@ def play(
     checkpoint: int | None = None,
     temperature: float | None = None,
     seed: int | None = None,
+    functions: Path | str | None = None,
 ) -> dict:
     """Play one episode with RUN's trained team; returns its record (every role's prompt and action, the tools' results,
-    the outcome)."""
+    the outcome). `functions`: with `question`, the file of functions a function-calling env's request may call."""
     if temperature is not None and not (math.isfinite(temperature) and temperature > 0):
         raise UserError(f"--temperature {temperature}: must be a finite number > 0; omit it for greedy decoding")
     found = trained(Path(run), checkpoint)
     spec = found.spec
-    problem = problem_of(spec, question, data, index)  # before any weight loads
+    problem = problem_of(spec, question, data, index, None if functions is None else str(functions))  # before any weight loads
+    known = question is None  # a data problem has a reference answer; free text has none
     seed = spec.seed if seed is None else seed
     if temperature is not None:
         spec = spec.model_copy(update={"train": spec.train.model_copy(update={"temperature": temperature})})
@@ -89,13 +62,20 @@ def play(
         "decoding": "greedy" if temperature is None else f"temperature={temperature}",
         "seed": seed,
         "assignment": assignment,
-        "problem": {"id": problem.id, "question": problem.question, "answer": _answer(problem)},
-        "actions": _actions(rollout.samples, steps),
-        "outcome": _outcome(episode, problem),
+        "problem": _problem(problem, known),
+        "actions": _actions(rollout.samples, steps, known),
+        "outcome": _outcome(episode, known),
     }
 
 
-def _actions(samples: list[Sample], steps: list[dict]) -> list[dict]:
+def _problem(problem: Problem, known: bool) -> dict:
+    record = {"id": problem.id, "question": problem.question, "answer": _plain(problem.answer) if known else None}
+    if "functions" in problem.meta:  # the function-calling envs: what the request may call
+        record["functions"] = [f.get("name") for f in problem.meta["functions"]]
+    return record
+
+
+def _actions(samples: list[Sample], steps: list[dict], known: bool) -> list[dict]:
     """Each action: who took it, the prompt it saw, what it generated (text and token ids) and what the env made of it."""
     actions = []
     taken = iter(samples)
@@ -104,7 +84,8 @@ def _actions(samples: list[Sample], steps: list[dict]) -> list[dict]:
         sample = next((s for s in taken if (s.turn, s.role) == (step["turn"], step["role"])), None)
         if sample is None:
             break
-        env_said = {k: v for k, v in step.items() if k not in ("turn", "role", "text")}
+        left_out = {"turn", "role", "text"} | (set() if known else ANSWER_JUDGED)
+        env_said = {k: v for k, v in step.items() if k not in left_out}
         actions.append(
             {
                 "turn": sample.turn,
@@ -122,19 +103,13 @@ def _actions(samples: list[Sample], steps: list[dict]) -> list[dict]:
     return actions
 
 
-def _outcome(episode, problem: Problem) -> dict:
-    known = _answer(problem) is not None
+def _outcome(episode, known: bool) -> dict:
     return {
         "success": episode.success if known else None,  # None: no reference answer to check against
         "attempts": episode.attempts,
         "turns": episode.turns,
         "reference": "the data's answer" if known else "none (a free-text question)",
     }
-
-
-def _answer(problem: Problem):
-    value = problem.answer
-    return None if isinstance(value, float) and math.isnan(value) else _plain(value)
 
 
 def _plain(value):
@@ -156,6 +131,8 @@ def show(record: dict, console, prompts: bool = False) -> None:
     console.print(
         f"[bold]{escape(record['env'])}[/bold] step {record['step']}, {record['decoding']}: {escape(problem['question'])}"
     )
+    if "functions" in problem:
+        console.print(f"functions: {escape(', '.join(str(name) for name in problem['functions']))}", highlight=False)
     for action in record["actions"]:
         console.print(f"\n[bold cyan]turn {action['turn']} · {escape(action['role'])}[/bold cyan] ({escape(action['agent'])})")
         if prompts:

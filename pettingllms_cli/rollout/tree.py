@@ -34,6 +34,7 @@ from pettingllms_cli.rollout import coordination
 from pettingllms_cli.rollout.coordination import Play
 from pettingllms_cli.rollout.credit import NOOP, combine, local_term, plays_on
 from pettingllms_cli.rollout.episodes import Episode, record
+from pettingllms_cli.rollout.external import external_rollout
 from pettingllms_cli.rollout.records import Rollout, Sample
 from pettingllms_cli.rollout.roles import Assignment
 from pettingllms_cli.spec import Experiment
@@ -212,6 +213,8 @@ def tree_rollout(
     """AT-GRPO tree sampling over a batch of envs (k=1 with greedy=True is a plain greedy episode)."""
     if not envs:  # a rank whose shard of the step is empty (fewer problems than ranks)
         return Rollout(assignment=[])
+    if spec.env.name == "external":  # the user's program plays: K episodes of it per problem (rollout/external.py)
+        return external_rollout(team, spec, envs, k, greedy, assignment)
     rollout = Rollout(assignment=assignment or [spec.role_owner() for _ in envs])
     plays = [Play(env) for env in envs]  # the caller's envs are only copied, never stepped
     base = base_seed()  # alike on every rank; each problem's draws are keyed by its id, not its batch slot
@@ -261,6 +264,8 @@ def parallel_rollout(
     """K independent episodes per env; each agent's samples (and intents) get their episode's final reward."""
     if not envs:
         return Rollout(assignment=[])
+    if spec.env.name == "external":  # the user's program plays (rollout/external.py)
+        return external_rollout(team, spec, envs, k, assignment=assignment)
     per_problem = assignment or [spec.role_owner() for _ in envs]
     rollout = Rollout(assignment=[a for a in per_problem for _ in range(k)])
     episodes = [Play(env.copy()) for env in envs for _ in range(k)]
@@ -321,6 +326,8 @@ def on_policy_episodes(
     costs nothing extra; otherwise only the actions off the tree's path are generated. Returns the
     episodes and the tokens generated for them. Under the intent protocol every intent is sampled anew.
     """
+    if spec.env.name == "external":  # the program's K episodes are already the policy's own
+        return tree.episodes, 0
     first: dict[tuple, Sample] = {}
     for s in tree.samples:
         first.setdefault((s.problem_id, s.role, s.turn), s)

@@ -16,18 +16,30 @@ from pathlib import Path
 Series = dict[str, tuple[list[float], list[float]]]  # label -> (x, y)
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
+th,td{border:1px solid #ccc;padding:4px 6px;text-align:right}th{background:#f3f3f3;font-weight:600}
+td:first-child,th:first-child{text-align:left}
+table.header th,table.header td{text-align:left;vertical-align:top}table.header th{white-space:nowrap}
 img{max-width:100%;border:1px solid #eee;margin:0.5em 0}.plots{display:flex;flex-wrap:wrap;gap:8px}
-.plots img{width:48%}.episode{border:1px solid #ddd;border-radius:6px;padding:0.5em 1em;margin:1em 0}
-.msg{margin:0.4em 0}.role{font-weight:bold;color:#0b5394}.note{color:#555;font-size:0.9em;margin-left:1.5em}
-pre{white-space:pre-wrap;background:#f8f8f8;padding:4px 8px;margin:2px 0}.ok{color:#137333}.fail{color:#a50e0e}
+.plots img{width:49%}.plots img:only-child{width:75%}
+.episode{border:1px solid #ddd;border-radius:6px;padding:0.5em 1em;margin:0.5em 0;min-width:0}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:12px}.kind{font-weight:normal;color:#555}
+.msg{margin:0.4em 0}.role{font-weight:bold;color:#0b5394}
+.note{color:#555;font-size:0.9em;margin-left:1.5em;overflow-wrap:anywhere}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;background:#f8f8f8;padding:4px 8px;margin:2px 0}
+.ok{color:#137333;font-weight:600}.fail{color:#a50e0e;font-weight:600}
 """
 
 
-def line_plot(series: Series, title: str, ylabel: str, xlabel: str = "step") -> bytes:
-    """One PNG with a line per series."""
+Bands = dict[str, tuple[list[float], list[float]]]  # label -> (lower, upper) at the series' x
+
+
+def line_plot(
+    series: Series, title: str, ylabel: str, xlabel: str = "step", bands: Bands | None = None, rate: bool = False
+) -> bytes:
+    """One PNG with a line per series; a series with a band (its 95% interval) gets it shaded in its colour. A `rate`
+    (a success rate) is drawn on the whole 0..1 axis, so a small change does not look like a large one."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and in tests
@@ -37,12 +49,16 @@ def line_plot(series: Series, title: str, ylabel: str, xlabel: str = "step") -> 
     fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
     try:
         for label, (x, y) in series.items():
-            ax.plot(x, y, marker="o" if len(x) <= 30 else None, markersize=3, label=label)
+            (line,) = ax.plot(x, y, marker="o" if len(x) <= 30 else None, markersize=3, label=label)
+            if bands and label in bands:
+                ax.fill_between(x, *bands[label], color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_title(title)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        if xlabel == "step":
+        if rate:
+            ax.set_ylim(-0.03, 1.03)
+        if xlabel.startswith("step"):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         if len(series) > 1:
             ax.legend(fontsize=8)

@@ -1,4 +1,4 @@
-"""What `compare` writes and prints: a one-sentence verdict, then per-arm tables, factors and held-out curves.
+"""What `compare` writes and prints: a one-sentence verdict, then per-arm tables, factors, held-out curves and links.
 
 compare.md, compare.html and the terminal open with the verdict: which arm won held-out success
 and by how much, whether the paired difference over seeds is clear of 0, and at what compute each arm ran.
@@ -12,7 +12,8 @@ from pathlib import Path
 from rich.table import Table
 
 from pettingllms_cli import distributed
-from pettingllms_cli.analysis.plots import fmt, html_images, html_page, html_table, line_plot, md_table
+from pettingllms_cli.analysis.compare_curves import curve_plots, report_links
+from pettingllms_cli.analysis.plots import fmt, html_images, html_page, html_table, md_table
 from pettingllms_cli.analysis.stats import paired_difference
 from pettingllms_cli.jsonio import write_json
 
@@ -253,6 +254,27 @@ def describe(result: dict) -> str:
 
 
 # --- files and terminal ------------------------------------------------------------------------------------
+def links_md(result: dict, out: Path) -> list[str]:
+    """One line per arm linking its runs' report.md files."""
+    lines = []
+    for name, links in report_links(result, out):
+        seeds = ", ".join(f"[{label}]({path[: -len('html')]}md)" if path else f"{label} (no report)" for label, path in links)
+        lines.append(f"- {name}: {seeds}")
+    return lines
+
+
+def links_html(result: dict, out: Path) -> str:
+    """A list per arm linking its runs' report.html files (relative, so the folder can be moved whole)."""
+    items = []
+    for name, links in report_links(result, out):
+        seeds = ", ".join(
+            f'<a href="{html.escape(path)}">{html.escape(label)}</a>' if path else f"{html.escape(label)} (no report)"
+            for label, path in links
+        )
+        items.append(f"<li><strong>{html.escape(name)}</strong>: {seeds}</li>")
+    return f'<ul class="links">{"".join(items)}</ul>'
+
+
 def write_outputs(out: Path, result: dict) -> None:
     if not distributed.is_main():
         return  # rank 0 alone writes
@@ -278,35 +300,18 @@ def write_outputs(out: Path, result: dict) -> None:
         *md_table(RUN_HEADERS, run_cells(result)),
         "",
     ]
+    md += ["## Each run's report", "", *links_md(result, out), ""]
     (out / "compare.md").write_text("\n".join(md), encoding="utf-8")
+    plots = curve_plots(result)
     body = (
         f"<h1>{html.escape(title)}</h1><p><strong>{html.escape(result['verdict'])}</strong></p>"
         f"<p>{html.escape(describe(result))}</p>{html_table(ROW_HEADERS, rows)}"
-        f"<h2>Factors</h2>{html_table(RATIO_HEADERS, ratio_rows)}"
-        f"<h2>Held-out curves</h2>{html_images(curve_plots(result))}"
-        f"<h2>Runs</h2>{html_table(RUN_HEADERS, run_cells(result))}"
+        + (f"<h2>Factors</h2>{html_table(RATIO_HEADERS, ratio_rows)}" if ratio_rows else "")
+        + (f"<h2>Held-out curves</h2>{html_images(plots)}" if plots else "")
+        + f"<h2>Runs</h2>{html_table(RUN_HEADERS, run_cells(result))}"
+        + f"<h2>Each run's report</h2>{links_html(result, out)}"
     )
     (out / "compare.html").write_text(html_page(title, body), encoding="utf-8")
-
-
-def mean_curve(runs: list[dict]) -> tuple[list[int], list[float]]:
-    """The held-out curve averaged over seeds, at the steps every seed scored.
-
-    >>> mean_curve([{"heldout_curve": [[2, 0.5], [4, 1.0]]}, {"heldout_curve": [[2, 0.0], [4, 0.5]]}])
-    ([2, 4], [0.25, 0.75])
-    """
-    common = set.intersection(*(set(s for s, _ in r["heldout_curve"]) for r in runs)) if runs else set()
-    steps = sorted(common)
-    means = [sum(dict(map(tuple, r["heldout_curve"]))[s] for r in runs) / len(runs) for s in steps]
-    return steps, means
-
-
-def curve_plots(result: dict) -> dict[str, bytes]:
-    """Held-out success (train.eval_every) per step, mean over seeds, one line per spec."""
-    series = {name: mean_curve(runs) for name, runs in result["runs"].items()}
-    series = {name: xy for name, xy in series.items() if xy[0]}
-    title = "Held-out success while training (greedy, mean over seeds)"
-    return {"heldout_success": line_plot(series, title, "held-out success")} if series else {}
 
 
 def console_table(result: dict) -> Table:

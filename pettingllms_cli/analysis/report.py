@@ -1,8 +1,10 @@
 """A run's report: report.md (plots as PNG files beside it) and a self-contained report.html.
 
-Contents: held-out success before and after training (with 95% intervals), the training curves
-(team success, per-agent reward, loss, KL, entropy), the per-step table and a few sample
-episodes rendered as a conversation.
+Contents, in order: the run header (model, dtype, spec, commit, date) and one sentence on what
+training did to held-out success; held-out success before and after (with 95% intervals); the
+curves the run measured (held-out success from step 0 with its interval, training success,
+per-agent reward, loss, KL, entropy), a panel left out when its quantity was not measured; the
+per-step table; the same held-out problems before and after training, failures included.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import json
 import math
 from pathlib import Path
 
+from pettingllms_cli.analysis import curves
+from pettingllms_cli.analysis.header import header_items, read_spec, section, summary
 from pettingllms_cli.analysis.plots import Series, html_images, html_page, html_table, line_plot, md_table, write_files
+from pettingllms_cli.analysis.samples import samples_html, samples_md
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import read_json
 
@@ -93,19 +98,18 @@ def metric_series(rows: list[dict], key: str) -> Series:
     return {key: (steps, [r[key] for r in rows])} if rows and key in rows[0] else {}
 
 
+HELDOUT = "held-out, greedy, from step 0 (95% interval)"
 SUCCESS_SERIES = {  # metrics.jsonl key -> legend (docs/metrics.md defines each)
-    "heldout_success_rate": "held-out, greedy (train.eval_every)",
     "team_success_rate": "training, on-policy episodes",
     "best_branch_success_rate": "training, tree's best-of-K branch",
 }
 
 
 def success_series(rows: list[dict]) -> Series:
-    """The success curves the metrics hold; held-out points exist only at the steps it was scored.
+    """The training success curves the metrics hold (the held-out curve comes from `curves`).
 
-    >>> success_series([{"step": 1, "team_success_rate": 0.5}, {"step": 2, "team_success_rate": 1.0,
-    ...                 "heldout_success_rate": 0.25}])["held-out, greedy (train.eval_every)"]
-    ([2], [0.25])
+    >>> success_series([{"step": 1, "team_success_rate": 0.5}, {"step": 2, "team_success_rate": 1.0}])
+    {'training, on-policy episodes': ([1, 2], [0.5, 1.0])}
     """
     series = {}
     for key, label in SUCCESS_SERIES.items():
@@ -115,14 +119,42 @@ def success_series(rows: list[dict]) -> Series:
     return series
 
 
-def run_plots(rows: list[dict]) -> dict[str, bytes]:
-    """PNG per curve that the metrics hold."""
-    pngs = {}
+def heldout_points(rows: list[dict], spec: dict, before: dict | None, after: dict | None) -> tuple[str, list]:
+    """(legend, points) of the held-out curve: step 0 and every `train.eval_every` point; a run that scored held-out
+    problems only before and after training gets those two points, over every held-out problem."""
+    subset = section(spec, "train").get("eval_subset")
+    points = curves.heldout_curve(rows, before, subset if isinstance(subset, int) else None)
+    if points:
+        return HELDOUT, points
+    last = rows[-1]["step"] if rows else 0
+    return "held-out, greedy: before and after training (95% interval)", curves.before_after(before, after, last)
+
+
+def kl_measured(rows: list[dict], spec: dict) -> bool:
+    """KL is computed only with `algorithm.kl_coef` > 0; with 0 the logged kl/<agent> is a placeholder 0, not a
+    measurement. A spec that does not say: measured when any value is not 0."""
+    coef = section(spec, "algorithm").get("kl_coef")
+    if isinstance(coef, int | float):
+        return coef > 0
+    return any(v for r in rows for k, v in r.items() if k.startswith("kl/"))
+
+
+def run_plots(rows: list[dict], spec: dict, before: dict | None, after: dict | None) -> tuple[dict[str, bytes], list[str]]:
+    """PNG per curve the run measured, and a sentence per panel left out saying why."""
+    pngs, left_out = {}, []
     for stem, (key, title, ylabel) in PLOTS.items():
-        series = metric_series(rows, key)
+        if stem == "kl" and not kl_measured(rows, spec):
+            left_out.append("KL to the base is not drawn: algorithm.kl_coef is 0, so it was not computed.")
+            continue
+        series, bands = metric_series(rows, key), {}
+        if stem == "team_success":
+            label, points = heldout_points(rows, spec, before, after)
+            if points:
+                steps, rates, band = curves.series(points)
+                series, bands = {label: (steps, rates), **series}, {label: band}
         if series:
-            pngs[stem] = line_plot(series, title, ylabel)
-    return pngs
+            pngs[stem] = line_plot(series, title, ylabel, bands=bands, rate=stem == "team_success")
+    return pngs, left_out
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -149,22 +181,19 @@ def _interval(ev: dict) -> str | None:
 
 
 def step_rows(rows: list[dict]) -> tuple[list[str], list[list]]:
+    """The per-step table; a column the run never measured (no held-out curve, no tree) is left out."""
     agents = agents_of(rows)
-    headers = ["step", "held-out success", "team success", "best-of-K success", *(f"reward/{a}" for a in agents)]
-    headers += ["tokens/s", "seconds"]
-    body = [
-        [
-            r["step"],
-            r.get("heldout_success_rate"),
-            r["team_success_rate"],
-            r.get("best_branch_success_rate"),
-            *(r.get(f"reward/{a}") for a in agents),
-            f"{r.get('tokens_per_second') or 0.0:.1f}",
-            r.get("seconds"),
-        ]
-        for r in rows
+    columns = [
+        ("step", lambda r: r["step"]),
+        ("held-out success", lambda r: r.get("heldout_success_rate")),
+        ("team success", lambda r: r["team_success_rate"]),
+        ("best-of-K success", lambda r: r.get("best_branch_success_rate")),
+        *((f"reward/{a}", lambda r, a=a: r.get(f"reward/{a}")) for a in agents),
+        ("tokens/s", lambda r: f"{r.get('tokens_per_second') or 0.0:.1f}"),
+        ("seconds", lambda r: r.get("seconds")),
     ]
-    return headers, body
+    kept = [(name, cell) for name, cell in columns if any(cell(r) is not None for r in rows)]
+    return [name for name, _ in kept], [[cell(r) for _, cell in kept] for r in rows]
 
 
 def training_summary(rows: list[dict]) -> str:
@@ -177,51 +206,6 @@ def training_summary(rows: list[dict]) -> str:
     )
 
 
-# --- episodes as conversations -------------------------------------------------------------------
-def episode_messages(state: dict) -> list[tuple[str, str, list[str]]]:
-    """(speaker, text, notes) per action; notes say which tool ran with what result, or the answer.
-
-    >>> episode_messages({"transcript": [{"turn": 0, "role": "caller", "text": "x", "tool_call": "1+1 = 2"}]})
-    [('turn 1 · caller', 'x', ['tool_call: 1+1 = 2'])]
-    """
-    out = []
-    for entry in state.get("transcript", []):
-        notes = [f"{k}: {v}" for k, v in entry.items() if k not in ("turn", "role", "text")]
-        out.append((f"turn {entry.get('turn', 0) + 1} · {entry.get('role', '?')}", str(entry.get("text", "")), notes))
-    return out
-
-
-def episode_header(state: dict) -> str:
-    problem = state.get("problem", {})
-    verdict = "solved" if state.get("success") else "not solved"
-    return f"{problem.get('id', '?')}: {problem.get('question', '')} (gold answer {problem.get('answer')}; {verdict})"
-
-
-def episodes_md(states: list[dict]) -> list[str]:
-    lines = []
-    for state in states:
-        lines += [f"**{episode_header(state)}**", ""]
-        for speaker, text, notes in episode_messages(state):
-            quoted = text.replace("`", "'")  # keep the inline code span closed
-            lines += [f"- *{speaker}*: `{quoted}`"] + [f"  - {n}" for n in notes]
-        lines.append("")
-    return lines
-
-
-def episodes_html(states: list[dict]) -> str:
-    parts = []
-    for state in states:
-        cls = "ok" if state.get("success") else "fail"
-        msgs = "".join(
-            f'<div class="msg"><span class="role">{html.escape(speaker)}</span><pre>{html.escape(text)}</pre>'
-            + "".join(f'<div class="note">{html.escape(n)}</div>' for n in notes)
-            + "</div>"
-            for speaker, text, notes in episode_messages(state)
-        )
-        parts.append(f'<div class="episode"><p class="{cls}">{html.escape(episode_header(state))}</p>{msgs}</div>')
-    return "".join(parts)
-
-
 # --- the report ---------------------------------------------------------------------------------
 def compute_dtypes(run_dir: Path) -> str | None:
     """One line: the dtype each base computed in and why (resolved.json, written by train); None for older runs."""
@@ -232,35 +216,42 @@ def compute_dtypes(run_dir: Path) -> str | None:
     return "Compute dtype of the bases (LoRA weights and log-softmax in float32): " + "; ".join(parts) + "."
 
 
+def header_md(items: list[tuple[str, str]]) -> list[str]:
+    return [f"- **{label}:** {text}" for label, text in items]
+
+
+def header_html(items: list[tuple[str, str]]) -> str:
+    rows = "".join(f"<tr><th>{html.escape(label)}</th><td>{html.escape(text)}</td></tr>" for label, text in items)
+    return f'<table class="header">{rows}</table>'
+
+
 def write_report(run_dir: Path) -> Path:
     """Write report.md, report.html and plots/*.png for a run directory; returns report.md's path."""
     run_dir = Path(run_dir)
-    rows = read_metrics(run_dir)
+    rows, spec = read_metrics(run_dir), read_spec(run_dir)
     before, after = read_eval(run_dir / "eval_before.json"), read_eval(run_dir / "eval_after.json")
-    pngs = run_plots(rows)
-    md, body = [f"# Run report: {run_dir.name}", ""], [f"<h1>Run report: {html.escape(run_dir.name)}</h1>"]
-    computed = compute_dtypes(run_dir)
-    if computed:
-        md += [computed, ""]
-        body.append(f"<p>{html.escape(computed)}</p>")
+    pngs, left_out = run_plots(rows, spec, before, after)
+    named = spec.get("name") if spec.get("name") not in (None, run_dir.name) else None  # compare's runs are seed0, ...
+    title = f"Run report: {run_dir.name}" + (f" ({named})" if named else "")
+    items, said = header_items(run_dir, spec), summary(before, after, len(rows))
+    md = [f"# {title}", "", f"**{said}**", "", *header_md(items), ""]
+    body = [f"<h1>{html.escape(title)}</h1>", f"<p><strong>{html.escape(said)}</strong></p>", header_html(items)]
     if before and after:
         headers, table = ["held-out (greedy)", "before", "after"], eval_rows(before, after)
         md += ["## Held-out problems", "", *md_table(headers, table), ""]
         body.append(f"<h2>Held-out problems</h2>{html_table(headers, table)}")
     if rows:
-        summary = training_summary(rows)
-        md += ["## Training", "", summary, "", *(f"![{s}](plots/{s}.png)" for s in pngs), ""]
-        body.append(f"<h2>Training</h2><p>{html.escape(summary)}</p>{html_images(pngs)}")
+        said = " ".join([training_summary(rows), *left_out])
+        md += ["## Training", "", said, "", *(f"![{s}](plots/{s}.png)" for s in pngs), ""]
+        body.append(f"<h2>Training</h2><p>{html.escape(said)}</p>{html_images(pngs)}")
         headers, table = step_rows(rows)
         md += ["### Per step", "", *md_table(headers, table), ""]
         body.append(f"<h3>Per step</h3>{html_table(headers, table)}")
-    samples = (after or before or {}).get("transcripts", [])
-    if samples:
-        md += ["## Sample episodes (held-out, after training)" if after else "## Sample episodes", "", *episodes_md(samples)]
-        body.append(f"<h2>Sample episodes</h2>{episodes_html(samples)}")
+    md += samples_md(before, after)
+    body.append(samples_html(before, after))
     path = run_dir / "report.md"
     files = {run_dir / "plots" / f"{stem}.png": png for stem, png in pngs.items()}
-    files[run_dir / "report.html"] = html_page(f"Run report: {run_dir.name}", "\n".join(body))
+    files[run_dir / "report.html"] = html_page(title, "\n".join(body))
     files[path] = "\n".join(md) + "\n"
     try:
         if pngs:

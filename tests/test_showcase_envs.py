@@ -1,6 +1,7 @@
 """The showcase layouts (issue 15): `team` (planner, validator, reader) and `solo` of math_tool_v0 and
 function_call_v0. Scripted actions check that the judges are paid for a right judgement, never for
-rubber-stamping; that the planner hears the judge's words and never the answer key; that a call sent back before it
+rubber-stamping; that the planner hears the judge's words and never the answer key (the tool's refusals, which the
+lone agent hears too: tests/test_fair_layouts.py); that a call sent back before it
 ran is not an attempt; that a handed-in answer ends the episode; and that the lone agent gets the
 same rounds. One tiny-model training step runs on each new layout."""
 
@@ -138,7 +139,8 @@ def test_function_call_validator_paid_for_the_schema_judgement():
     back = judged.step("validator", "No: an argument is missing.")
     assert back.local_reward > rubber.local_reward
     heard = judged.observe("planner")[-2]["content"]
-    assert '"No: an argument is missing."' in heard and "required argument" not in heard  # its words, not the key's
+    assert '"No: an argument is missing."' in heard  # its words
+    assert "Your last call was rejected: missing required argument" in heard  # and the tool's, as the lone caller hears
 
 
 def test_function_call_reader_that_accepts_a_wrong_call_earns_less_than_a_retry():

@@ -5,14 +5,15 @@ Layouts:
   the final answer (`Answer: <number>`) or rejects the result (`Answer: retry`), which sends the
   caller back for another round when `max_turns` allows.
 - `single`: `solver` writes the calculator call and its result is the team's answer.
-- `team` (the showcase, envs/review.py): `planner` writes the call; `validator` checks it before it
+- `team` (the showcase, envs/review.py, envs/judging.py): `planner` writes the call; `validator` checks it before it
   runs (a well-formed expression whose numbers all come from the question) and replies `Yes.`, or
   `No: ` and why, which sends it back unrun; `reader` reads the calculator's result and replies
   `Yes.` (the result is handed in as the answer, which ends the episode, right or wrong) or `No: `
-  and why, which sends the call back. A judge's verdict is its reply's first word, Yes or No, alone
+  and why, which sends the call back. A call the calculator refuses goes back to the planner with the
+  calculator's error, never to the reader. A judge's verdict is its reply's first word, Yes or No, alone
   or followed by punctuation (review.verdict); each judge is told that form. `solo`: one `solver` with the same prompt
   and rounds; its call runs at once and its result is the answer it hands in, unless the
-  calculator refused the call.
+  calculator refused the call. A refused call's writer hears the same line in both arms (`retry_feedback`).
 
 Rewards per action: team = the team's current answer is correct by GSM8K's official rule
 (envs/gsm8k_rules.py): the answer as written, commas removed, equals the reference string exactly (the text
@@ -29,7 +30,7 @@ verifier is paid for a correct judgement, never for copying (`judgement_reward`)
 In `team` (constants in envs/review.py), the validator earns `JUDGED_RIGHT` for approving a valid
 call or sending back an invalid one and `JUDGED_WRONG` otherwise (no verdict included); the
 reader likewise for accepting a right result or sending back a wrong one, and `NOTHING_TO_READ`
-when no call ran; the planner is paid as a caller. A call is invalid when the calculator refuses
+when no result came back; the planner is paid as a caller. A call is invalid when the calculator refuses
 it or it uses a number the question does not contain (unless it computes the answer). An episode
 ends when the answer is correct, when a `team`/`solo` answer is handed in, or after `max_turns`
 rounds. A retry is told what went
@@ -48,15 +49,16 @@ training never draws), or GSM8K-format jsonl (`question`, `answer` ending in
 from __future__ import annotations
 
 import math
-import random
 import re
 from pathlib import Path
 
 from pydantic import Field
 
 from pettingllms_cli.envs import gsm8k_rules, review
-from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
+from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, read_jsonl, split_records
 from pettingllms_cli.envs.gsm8k_rules import LENIENT_NUMBER, OFFICIAL_NUMBER, Scoring, answer_is_right, marked_answer
+from pettingllms_cli.envs.judging import TEAM, Draft, ReviewedEnv, reference_verdict
+from pettingllms_cli.envs.math_problems import OPS, generate_problems
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
 from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call
@@ -79,20 +81,23 @@ VERIFIER_SYSTEM = (
     "Check the calculator result. Give the final answer as a number in digits only (18, not 18.0, $18 or 18.), "
     f"or reply {RETRY} if the result is wrong."
 )
-VERDICT_FORM = 'Reply "Yes." or "No: <why>." (your first word is Yes or No).'  # the one form review.verdict reads
-VALIDATOR_SYSTEM = (
-    f"Check a calculator call before it runs: a well-formed expression that uses only the question's numbers. {VERDICT_FORM}"
-)
-READER_SYSTEM = f"Read the calculator result and say whether it answers the question. {VERDICT_FORM}"
 _ANN, _JOE = (
     "Question: Ann has 12 pens and buys 7 more. How many pens does Ann have?",
     "Question: Joe had 30 cups and broke 4. How many cups are left?",
 )
-# Worked examples of each judge: one of each verdict (a 135M model copies the format from them).
-VALIDATOR_ASK = 'Does the call use only the question\'s numbers? Reply "Yes." or "No: <why>."'  # closes each case
-READER_ASK = 'Does the result answer the question? Reply "Yes." or "No: <why>."'
-VALIDATOR_SHOTS = [(f"{_ANN}\nCall: 12+7", "Yes."), (f"{_JOE}\nCall: 30-8", "No: 8 is not in the question.")]
-READER_SHOTS = [(f"{_ANN}\nCalculator: 12+7 = 19", "Yes."), (f"{_JOE}\nCalculator: 30+4 = 34", "No: it adds the broken cups.")]
+# The judges (envs/review.py). A "No" example's reason speaks only of its own numbers ("8 is not 30 or 4"), so a
+# judge that copies it says nothing false about another question: "8 is not in the question" was copied for
+# questions that hold an 8.
+VALIDATOR = review.Judge(
+    "Check a calculator call before it runs: a well-formed expression that uses only the question's numbers.",
+    "Does the call use only the question's numbers?",
+    ((f"{_ANN}\nCall: 12+7", "Yes."), (f"{_JOE}\nCall: 30-8", "No: 8 is not 30 or 4.")),
+)
+READER = review.Judge(
+    "Read the calculator result and say whether it answers the question.",
+    "Does the result answer the question?",
+    ((f"{_ANN}\nCalculator: 12+7 = 19", "Yes."), (f"{_JOE}\nCalculator: 30+4 = 34", "No: Joe broke 4 cups, so 30+4 is wrong.")),
+)
 # One worked example per operation; the prompt shows those of the ops in use.
 SHOTS = {
     "+": ("Ann has 12 pens and buys 7 more. How many pens does Ann have?", "12+7"),
@@ -100,43 +105,6 @@ SHOTS = {
     "*": ("A box holds 6 eggs. How many eggs are in 4 boxes?", "4*6"),
     "/": ("Kim splits 18 nuts equally among 3 kids. How many nuts does each kid get?", "18/3"),
 }
-
-# (template, expression) pairs; {a} and {b} are filled with numbers, {name} and {item} with words.
-TEMPLATES = {
-    "+": ("{name} has {a} {item} and gets {b} more. How many {item} does {name} have?", "{a}+{b}"),
-    "-": ("{name} had {a} {item} and gave away {b}. How many {item} are left?", "{a}-{b}"),
-    "*": ("There are {a} bags with {b} {item} in each. How many {item} are there?", "{a}*{b}"),
-    "/": ("{name} shares {p} {item} equally among {b} friends. How many {item} does each friend get?", "{p}/{b}"),
-}
-OPS = "+-*/"
-NAMES = ["Tom", "Mia", "Sam", "Lea", "Ben", "Ava", "Max", "Zoe"]
-ITEMS = ["apples", "cards", "stamps", "marbles", "books", "coins"]
-
-
-def is_held_out(expression: str) -> bool:
-    """Whether a generated expression belongs to the test split: a fixed fifth of them, the same for every seed.
-
-    >>> [is_held_out(e) for e in ("12+7", "30-4", "4*6")]
-    [False, True, True]
-    """
-    return in_test_fifth(expression)
-
-
-def generate_problems(seed: int, n: int, prefix: str, ops: str = OPS, held_out: bool | None = None) -> list[Problem]:
-    """`n` seeded problems; `held_out` True/False draws only test/training expressions (None: any)."""
-    rng = random.Random(seed)
-    problems = []
-    for i in range(n):
-        while True:  # redraw until the expression is on the asked side, so train and test never share one
-            template, expr = TEMPLATES[rng.choice(ops)]
-            a, b = rng.randint(11, 60), rng.randint(2, 9)
-            values = {"a": a, "b": b, "p": a * b, "name": rng.choice(NAMES), "item": rng.choice(ITEMS)}
-            expression = expr.format(**values)
-            if held_out is None or is_held_out(expression) == held_out:
-                break
-        answer = calculate(expression)
-        problems.append(Problem(f"{prefix}{i}", template.format(**values), answer, {"expression": expression}))
-    return problems
 
 
 def parse_number(text: str) -> float | None:
@@ -216,36 +184,34 @@ class MathOptions(EnvOptions):
     )
 
 
-class MathToolEnv(TurnEnv):
+class MathToolEnv(ReviewedEnv):
     Options = MathOptions
     name = "math_tool_v0"
     layouts = {
         "multi": ("tool_caller", "verifier"),
         "single": ("solver",),
-        "team": ("planner", "validator", "reader"),
+        "team": TEAM,
         "solo": ("solver",),
     }
     deferred_roles = frozenset({"planner", "validator"})  # `team`: the team reward moves only when the reader hands in
 
     def _reset_task(self) -> None:
+        super()._reset_task()
         self.last_call: str | None = None  # "expr = result" of the latest calculator call
         self.last_value: float | None = None
         self.last_error: str | None = None  # why the latest call failed
         self.answer: str | None = None  # the team's final answer as written (a calculator result as it shows it)
-        self.feedback: str | None = None  # what a retry is told about the previous attempt
-        self.pending: str | None = None  # `team`: the planner's call text, not run yet
-        self.pending_problem: str | None = None  # why its parameters are invalid (None: valid)
-        self.ran = False  # `team`: the validator let this round's call go to the calculator
 
     # --- observations ---------------------------------------------------------------------
     def observe(self, role: str) -> list[Message]:
         question = f"Question: {self.problem.question}"
         if role == "validator":
-            shown = self._expression(self.pending) or f"(unreadable) {str(self.pending or '')[:120]}"
-            return review.judge_prompt(VALIDATOR_SYSTEM, VALIDATOR_SHOTS, f"{question}\nCall: {shown}", VALIDATOR_ASK)
+            pending = self.draft.text if self.draft else ""
+            shown = self._expression(pending) or f"(unreadable) {pending[:120]}"
+            return VALIDATOR.prompt(f"{question}\nCall: {shown}")
         if role == "reader":
-            result = (self.last_call or f"error ({self.last_error})") if self.ran else "(nothing ran)"
-            return review.judge_prompt(READER_SYSTEM, READER_SHOTS, f"{question}\nCalculator: {result}", READER_ASK)
+            result = f"error ({self.refused})" if self.refused else self.last_call if self.ran else "(nothing ran)"
+            return READER.prompt(f"{question}\nCalculator: {result}")
         if role in ("tool_caller", "solver", "planner"):
             messages: list[Message] = [{"role": "system", "content": CALLER_SYSTEM}]
             for q, expr in (SHOTS[op] for op in self.options.get("ops", OPS)):
@@ -263,7 +229,7 @@ class MathToolEnv(TurnEnv):
     # --- actions ----------------------------------------------------------------------------
     def _act(self, role: str, text: str) -> Outcome:
         if self.layout in ("team", "solo"):
-            outcome = {"planner": self._plan, "validator": self._validate, "reader": self._read}.get(role, self._solo)(text)
+            outcome = self._review_step(role, text)
         else:
             outcome = self._verify(text) if role == "verifier" else self._call(text)
         if _DIGIT_RE.search(text):
@@ -278,18 +244,11 @@ class MathToolEnv(TurnEnv):
         return outcome
 
     def _call(self, text: str) -> Outcome:
-        call = parse_tool_call(text)
-        self.last_call, self.last_value, self.last_error = None, None, None
-        if isinstance(call, str) or call.name != "calculator":
-            self.last_error = call if isinstance(call, str) else f"unknown tool {call.name!r}"
-            return Outcome(CALL_FAILED, 0.0, info={"tool_error": self.last_error})
-        expression = call.arguments.get("expression")
-        try:
-            value = calculate(expression)
-        except CalculatorError as e:
-            self.last_error = str(e)
-            return Outcome(CALL_FAILED, 0.0, info={"tool_error": self.last_error, "expression": str(expression)[:200]})
-        self.last_value = float(value)
+        expression, value, self.last_error = run_calculator(text)
+        self.last_call, self.last_value = None, None if value is None else float(value)
+        if value is None:
+            info = {"tool_error": self.last_error} if expression is None else {"expression": expression[:200]}
+            return Outcome(CALL_FAILED, 0.0, info={"tool_error": self.last_error, **info})
         self.last_call = f"{expression} = {format_number(value)}"
         return Outcome(CALL_RAN, float(self._result_right()), info={"tool_call": self.last_call})
 
@@ -302,58 +261,36 @@ class MathToolEnv(TurnEnv):
         local = judgement_reward(correct, rejected, self._result_right())
         return Outcome(local, float(correct), solved=correct, info={"answer": self.answer, "rejected": rejected})
 
-    # --- the `team` and `solo` layouts (envs/review.py) -------------------------------------------
-    def _solo(self, text: str) -> Outcome:
-        """The lone agent's call runs at once; its result is the answer handed in, unless the calculator refused it."""
-        outcome = self._call(text)
-        outcome.attempt = not isinstance(parse_tool_call(text), str)  # it went to the tool
-        if self.last_value is None:
-            self.feedback = retry_feedback(None, self.last_error, False)
-            return outcome
-        self.answer, self.handed_in = self._shown_result(), True
-        outcome.solved = self._result_right()
-        return outcome
+    # --- the `team` and `solo` layouts: what envs/judging.py asks of the env ----------------------
+    def _check(self, text: str) -> Draft:
+        """A calculator call as written: invalid when the calculator refuses it or it uses a number the question lacks."""
+        expression, value, error = run_calculator(text)
+        right = value is not None and answer_is_right(format_number(float(value)), self.gold, self.scoring)
+        problem = error if value is None else parameter_problem(str(expression), self.problem.question, right)
+        return Draft(
+            text,
+            self._expression(text) or "(unreadable)",
+            CALL_FAILED if value is None else CALL_RAN,
+            reaches_tool=not isinstance(parse_tool_call(text), str),
+            refusal=error,
+            problem=problem,
+            right=right,
+            why="it does not answer the question",
+            info={"planned": self._expression(text)},
+        )
 
-    def _plan(self, text: str) -> Outcome:
-        """The planner's call is kept for the validator; nothing runs yet. Paid as a caller: well-formed or not."""
-        self.pending, self.ran = text, False
-        self.last_call, self.last_value, self.last_error = None, None, None
-        expression = self._expression(text)
-        value = _value(expression)
-        if value is None:
-            call = parse_tool_call(text)
-            self.pending_problem = call if isinstance(call, str) else "the calculator refuses this call"
-        else:
-            computes = answer_is_right(format_number(value), self.gold, self.scoring)
-            self.pending_problem = parameter_problem(expression, self.problem.question, computes)
-        local = CALL_FAILED if value is None else CALL_RAN
-        return Outcome(local, 0.0, attempt=False, info={"planned": expression})
+    def _run(self, draft: Draft) -> dict:
+        return self._call(draft.text).info
 
-    def _validate(self, text: str) -> Outcome:
-        """Send the call back (it does not run; the planner hears the validator's words) or let it run."""
-        said = review.verdict(text)
-        valid = self.pending_problem is None
-        local, due = review.judged(said, valid), {"valid": valid, review.DUE: valid}
-        if said is False:
-            self.feedback = review.sent_back(self._expression(self.pending) or "(unreadable)", "validator", text)
-            return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", **due})
-        self.ran = not isinstance(parse_tool_call(self.pending or ""), str)
-        self._call(self.pending or "")
-        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", **due})
+    def _hand_in(self, draft: Draft) -> dict:
+        self.answer = self._shown_result()  # the result is the answer handed in
+        return {"answer": self.answer}
 
-    def _read(self, text: str) -> Outcome:
-        """Hand in an answer (ends the episode) or send the call back; with no verdict the result stands."""
-        if not self.ran:  # sent back or no call: nothing to read, the planner tries again
-            return Outcome(review.NOTHING_TO_READ, 0.0, attempt=False, info={"read": "nothing ran"})
-        said = review.verdict(text)
-        right = self._result_right()
-        local = review.judged(said, right)
-        if said is False:
-            call = self.last_call or self._expression(self.pending) or "(unreadable)"
-            self.feedback = review.sent_back(call, "reader", text, self.last_error)
-            return Outcome(local, 0.0, attempt=True, info={"read": "retry", review.DUE: right})
-        self.answer, self.handed_in = self._shown_result(), True  # the result is the answer handed in
-        return Outcome(local, float(right), solved=right, attempt=True, info={"answer": self.answer, review.DUE: right})
+    def _refusal_line(self, refusal: str) -> str:
+        return retry_feedback(None, refusal, False)
+
+    def _read_shown(self) -> str:
+        return self.last_call or super()._read_shown()
 
     @staticmethod
     def _expression(text: str | None) -> str | None:
@@ -401,23 +338,29 @@ class MathToolEnv(TurnEnv):
         """A correct action for `role` now (from the data's answer)."""
         if role == "verifier":
             return ANSWER_PREFIX + self.gold
-        if role == "validator":
-            problem = self.pending_problem
-            return "Yes." if problem is None else f"No: {problem}."
-        if role == "reader":
-            return "Yes." if self._result_right() else "No: it does not answer the question."
+        if role in ("validator", "reader"):
+            return reference_verdict(role, self.draft)
         expression = self.problem.meta.get("expression", self.gold)
         return render_tool_call(ToolCall("calculator", {"expression": expression}))
 
 
-def _value(expression: str | None) -> float | None:
-    """What the calculator would return for `expression`, or None when it refuses it."""
-    if expression is None:
-        return None
+def run_calculator(text: str) -> tuple[str | None, float | None, str | None]:
+    """(expression, value, error) of an action: what the calculator returns for its call (as `calculate` returns it),
+    or why it refuses it.
+
+    >>> run_calculator('<tool_call>{"name": "calculator", "arguments": {"expression": "12/0"}}</tool_call>')
+    ('12/0', None, 'division by zero')
+    """
+    call = parse_tool_call(text)
+    if isinstance(call, str):
+        return None, None, call
+    if call.name != "calculator":
+        return None, None, f"unknown tool {call.name!r}"
+    expression = call.arguments.get("expression")
     try:
-        return float(calculate(expression))
-    except CalculatorError:
-        return None
+        return str(expression), calculate(expression), None
+    except CalculatorError as e:
+        return str(expression), None, str(e)
 
 
 def _gold_value(gold: str | None) -> float | None:

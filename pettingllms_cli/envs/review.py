@@ -1,35 +1,46 @@
-"""The review roles of the `team` layouts (math_tool_v0, function_call_v0): the division of labour of issue 15.
+"""The judge protocol of the `team` layouts (math_tool_v0, function_call_v0): the division of labour of issue 15.
 
 A `planner` analyses the request and writes the call; a `validator` checks its parameters before
 anything runs and either lets it run or sends it back; a `reader` reads the result and either
 accepts it (the team hands in its answer, which ends the episode) or sends the call back for
-another round. A call sent back comes with the judge's own
-words (`sent_back`), never with what the answer key says is wrong: the team knows only what its
-members say, as the lone agent does. The matching `solo` layouts give one agent the same request and
-the same rounds: its call runs at once and its result is the answer it hands in, unless the tool
-refused the call (then it tries again with the tool's error).
+another round. The turns themselves are envs/judging.py; this module holds what a judge is told
+(`Judge`), how its reply is read (`verdict`), how it is paid (`judged`) and what the planner hears
+(`sent_back`).
+
+Both arms hear the same facts. A call sent back comes with the judge's own words, never with what
+the answer key says is wrong: the team knows only what its members say. When the tool would have
+refused the call, the planner also hears the tool's own error, word for word what the lone agent
+hears after its call was refused; a call the validator lets through and the tool refuses goes
+back to the planner with that error, as the lone agent's does, and is never handed in. The
+matching `solo` layouts give one agent the same request and the same rounds: its call runs at
+once and its result is the answer it hands in, unless the tool refused the call (then it tries
+again with the tool's error).
 
 Each role's no-op (the empty action) is the team without that role: no call (planner), the call
 runs unchecked (validator), the result stands as the answer (reader); `credit: difference`
 compares with it. The judges are paid for a correct judgement, never for a verdict as such
 (`judged`): approving a valid call and sending back an invalid one earn `JUDGED_RIGHT`; a
 rubber-stamped invalid call or a valid one sent back earn `JUDGED_WRONG`. A verdict has one form: the
-reply's first word is `Yes` or `No`, alone or followed by punctuation ("Yes.", "No: 8 is not in the
-question."), as the worked examples show. Anything else ("No problem, it is right.", "Nothing wrong
+reply's first word is `Yes` or `No`, alone or followed by punctuation ("Yes.", "No: 8 is not 30 or
+4."), as the worked examples show. Anything else ("No problem, it is right.", "Nothing wrong
 here", "I am not sure.") is no verdict: the call goes on unchecked (never a send-back) and the judge
-earns `NO_VERDICT`.
+earns `NO_VERDICT`. A worked example's reason speaks only of its own example (its numbers, its
+function), never of "the question" or "the call": a judge that copies it word for word then says
+nothing false about the case in front of it.
 Each judged action's info holds the verdict the facts called for under `DUE` (True: approve or
 accept), so `reward.balance_verdicts` can credit a judge as if both verdicts were due equally often.
 
 An attempt (docs/metrics.md) is a call that went to the tool: a `solo` call that parsed, a `team`
-call the validator let through (counted on the reader's action, which reads its result). A call
-sent back before it ran is not an attempt: that is what the validator saves.
+call the validator let through (counted on the reader's action, which reads its result or hears
+that it was refused). A call sent back before it ran is not an attempt: that is what the validator saves.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
+from pettingllms_cli.envs.messages import Message
 from pettingllms_cli.tools.calls import ToolCall
 
 JUDGED_RIGHT = 1.0  # a judge (validator, reader) whose verdict was right
@@ -37,6 +48,8 @@ JUDGED_WRONG = 0.0  # a wrong verdict
 NO_VERDICT = 0.0  # a reply not in the verdict form: paid as a wrong verdict, so that dodging never beats judging
 DUE = "verdict_due"  # info key of a judged action: the verdict the facts called for (True: let it run / accept)
 NOTHING_TO_READ = 0.0  # the reader when no call ran this round: there was nothing to judge
+REPLY_FORM = 'Reply "Yes." or "No: <why>."'  # closes each case
+VERDICT_FORM = f"{REPLY_FORM} (your first word is Yes or No)."  # the one form `verdict` reads, told in the system prompt
 REASON_CHARS = 160  # how much of a judge's reply the planner hears when its call is sent back
 # The verdict form: the reply opens with Yes or No (any case, after spaces, quotes or markdown emphasis), then
 # ends or goes on with punctuation. "No problem", "Not bad" and "Nothing wrong" are not verdicts.
@@ -79,18 +92,17 @@ def judged(said: bool | None, truth: bool) -> float:
     return JUDGED_RIGHT if said == truth else JUDGED_WRONG
 
 
-def sent_back(call: str, judge: str, reply: str, tool_error: str | None = None) -> str:
-    """What the planner hears when a judge sent its call back: the judge's own words (and the tool's error, which a
-    lone agent hears too), never the answer key. The team knows only what its members say.
+def sent_back(call: str, judge: str, reply: str, refusal: str | None = None) -> str:
+    """What the planner hears when a judge sent its call back: the judge's own words, never the answer key, and
+    when the tool would have refused the call, `refusal`: the line the lone agent hears after the same call.
 
-    >>> sent_back("12+9", "validator", "No: 9 is not in the question.")
-    'Your call 12+9 was sent back by the validator, who said: "No: 9 is not in the question." Try again.'
-    >>> sent_back("12/0", "reader", "No.", "division by zero")
-    'Your call 12/0 failed (division by zero) and was sent back by the reader, who said: "No." Try again.'
+    >>> sent_back("12+9", "validator", "No: 9 is not 12 or 7.")
+    'Your call 12+9 was sent back by the validator, who said: "No: 9 is not 12 or 7." Try again.'
+    >>> sent_back("12/0", "validator", "No.", "Your last call failed (division by zero). Try again.")
+    'Your call 12/0 was sent back by the validator, who said: "No." Your last call failed (division by zero). Try again.'
     """
     said = " ".join(reply.split())[:REASON_CHARS] or "nothing"
-    failed = f" failed ({tool_error}) and" if tool_error else ""
-    return f'Your call {call}{failed} was sent back by the {judge}, who said: "{said}" Try again.'
+    return f'Your call {call} was sent back by the {judge}, who said: "{said}" {refusal or "Try again."}'
 
 
 def schema_problem(call: ToolCall | str, functions: list[dict]) -> str | None:
@@ -125,13 +137,28 @@ def schema_problem(call: ToolCall | str, functions: list[dict]) -> str | None:
     return None
 
 
-def judge_prompt(system: str, shots: list[tuple[str, str]], case: str, ask: str) -> list[dict[str, str]]:
-    """A judge's conversation: its instructions, one worked example per verdict, then the case; each case closes
-    with the yes/no question `ask`, and the reply is not prefilled (the model's first word is the verdict)."""
-    messages = [{"role": "system", "content": system}]
-    for example, reply in shots:
-        messages += [{"role": "user", "content": f"{example}\n{ask}"}, {"role": "assistant", "content": reply}]
-    return messages + [{"role": "user", "content": f"{case}\n{ask}"}]
+@dataclass(frozen=True)
+class Judge:
+    """What one judge is told: its task, the yes/no question that closes each case, and worked examples, one per
+    verdict (a 135M model copies the format from them). The reply is not prefilled: its first word is the verdict."""
+
+    task: str
+    question: str
+    shots: tuple[tuple[str, str], ...]  # (case, reply): a "Yes." and a "No: <reason about its own example>."
+
+    @property
+    def system(self) -> str:
+        return f"{self.task} {VERDICT_FORM}"
+
+    @property
+    def ask(self) -> str:
+        return f"{self.question} {REPLY_FORM}"
+
+    def prompt(self, case: str) -> list[Message]:
+        messages: list[Message] = [{"role": "system", "content": self.system}]
+        for example, reply in self.shots:
+            messages += [{"role": "user", "content": f"{example}\n{self.ask}"}, {"role": "assistant", "content": reply}]
+        return messages + [{"role": "user", "content": f"{case}\n{self.ask}"}]
 
 
 def render_args(call: ToolCall) -> str:

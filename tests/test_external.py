@@ -104,11 +104,19 @@ def rollout_of(team: Team, tree: dict, split: str = "train", k: int = 4, n: int 
     return spec, parallel_rollout(team, spec, make_envs(spec, problems), k)
 
 
-def test_eight_concurrent_episodes_each_keep_their_own_calls(team, tmp_path):
+def test_eight_concurrent_episodes_each_keep_their_own_calls(team, tmp_path, monkeypatch):
     data = write_data(tmp_path / "d.jsonl", ["ok"] * 5)
     MARKS.clear()
+    batches, sample_mixed = [], team.sample_mixed
+
+    def counted(agents, prompts, *args, **kwargs):
+        batches.append(len(prompts))
+        return sample_mixed(agents, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(team, "sample_mixed", counted)
     spec, rollout = rollout_of(team, spec_tree("marked_team", data, concurrency=8))
     assert len(rollout.episodes) == 8 and len(MARKS) == 8
+    assert sum(batches) == 16 and max(batches) > 1  # concurrent episodes' calls were sampled together (batcher.py)
     by_problem = {}
     for episode in rollout.episodes:
         ids = [t["call"] for t in episode.transcript]

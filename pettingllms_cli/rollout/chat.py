@@ -3,7 +3,8 @@ agent's adapter, and the response in OpenAI's shape (docs/external.md).
 
 Sampling goes through the rollout's `Sampler` (`sample_mixed`), so a served completion is what the trainer's own
 rollout would draw for the same prompt and seed; log-probs are the trainer's (policy/logprobs.py) over the tokens
-returned. `Completer` serves one request at a time: torch modules are not safe to call from several threads.
+returned. A served request samples alone (its settings are its own); an external rollout's calls, whose settings the trainer
+fixes, are sampled in batches across concurrent episodes (batcher.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs, pad
 from pettingllms_cli.policy.prompts import render_plain
 from pettingllms_cli.policy.sampler import Sampler
+from pettingllms_cli.rollout.batcher import Batcher, Row
 
 DEFAULT_MAX_TOKENS = 256  # served on its own, without `max_tokens`; capped by the context left after the prompt
 TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
@@ -121,7 +123,8 @@ class Settings:
 class Completer:
     def __init__(self, team: Team, sampler: Sampler | None = None):
         self.team, self.sampler = team, sampler or team
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # torch modules are not safe to call from several threads
+        self.batcher = Batcher(self.sampler, self.lock)
 
     @property
     def agents(self) -> list[str]:
@@ -181,13 +184,19 @@ class Completer:
         prompt = self.prompt_ids(agent, messages, request.tools)
         settings = self.settings(request, agent, len(prompt), fixed)
         stops = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
-        with self.lock:
-            seeds = None if settings.seed is None else [settings.seed]
-            [drawn] = self.sampler.sample_mixed(
-                [agent], [prompt], settings.n, settings.max_tokens, max(settings.temperature, 1e-5), settings.greedy, seeds
-            )
-            choices = [self.choice(agent, ids, stops) for ids in drawn]
-            if request.logprobs:
+        temperature = max(settings.temperature, 1e-5)  # 0 is greedy, which does not divide by it
+        if fixed is not None and settings.n == 1:  # a rollout's call: batched with the other episodes' (batcher.py)
+            row = Row(agent, prompt, settings.max_tokens, temperature, settings.greedy, settings.seed)
+            drawn = [self.batcher.sample(row)]
+        else:
+            with self.lock:
+                seeds = None if settings.seed is None else [settings.seed]
+                [drawn] = self.sampler.sample_mixed(
+                    [agent], [prompt], settings.n, settings.max_tokens, temperature, settings.greedy, seeds
+                )
+        choices = [self.choice(agent, ids, stops) for ids in drawn]
+        if request.logprobs:
+            with self.lock:
                 self.add_logprobs(agent, prompt, choices)
         return Completion(agent, prompt, choices, messages)
 

@@ -175,7 +175,9 @@ def retry_feedback(call: str | None, error: str | None, call_right: bool, answer
 
 class MathOptions(EnvOptions):
     ops: str = Field(OPS, min_length=1, description="Operators the generated problems (and the few-shot examples) use.")
-    format_bonus: float = Field(0.0, description="Local reward for a tool call that parses and runs, right or wrong.")
+    format_bonus: float = Field(
+        0.0, description="Local reward added to any action that contains a digit: format shaping for untrained models."
+    )
     scoring: Scoring = Field(
         "official",
         description="How an answer is judged right: `official`, GSM8K's rule (the default, what reported figures use: "

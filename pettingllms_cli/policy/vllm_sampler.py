@@ -104,7 +104,7 @@ class VllmSampler:
             kwargs["gpu_memory_utilization"] = self.settings.gpu_memory_utilization
         else:
             kwargs["kv_cache_memory_bytes"] = int(self.settings.cpu_kv_cache_gib * 2**30)
-        folder = str(resolve(spec.source))
+        folder = str(resolve(spec.source, spec.revision))  # the revision the trainer loads
         return LLM(
             model=folder,
             tokenizer=folder,

@@ -87,7 +87,7 @@ def write_agents(found: Trained, into: Path, merge: bool) -> dict[str, dict]:
 def write_agent(found: Trained, agent: str, roles: list[str], problem, held_out: dict | None, folder: Path, merge: bool) -> dict:
     spec = found.spec
     model = spec.models[spec.agents[agent].model]
-    local = resolve(model.source)
+    local = resolve(model.source, model.revision)
     base = base_record(model, local)
     shutil.copytree(found.checkpoint / agent, folder)
     config = json.loads((folder / ADAPTER_CONFIG).read_text())

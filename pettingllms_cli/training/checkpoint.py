@@ -300,7 +300,8 @@ def usable_checkpoint(run_dir: Path, agents: list[str]) -> tuple[Path | None, di
     return None, None, skipped
 
 
-WEIGHT_FIELDS = re.compile(r"^(models\.[^.]+\.source|agents\.[^.]+\.(model|lora\..+)|specialization)$")  # fix the adapters' shape
+# fix the base the adapters train on, or their shape
+WEIGHT_FIELDS = re.compile(r"^(models\.[^.]+\.(source|revision)|agents\.[^.]+\.(model|lora\..+)|specialization)$")
 
 
 def weights_spec_changes(spec_now: dict, folder: Path) -> list[str]:

@@ -129,13 +129,14 @@ def test_online_an_uncached_id_downloads_at_its_revision(cache, monkeypatch, cap
 
     monkeypatch.setattr(hub.HfApi, "model_info", model_info)
     monkeypatch.setattr(hub, "snapshot_download", snapshot_download)
+    assert validate(monkeypatch, "models.tiny.source=org/tiny", "models.tiny.revision=v1") == 0
+    assert asked == [("org/tiny", "v1", hub.HUB_TIMEOUT_S)] and fetched == []  # validate asks, in one bounded request
     assert run_cli(["models", "pull", "org/tiny", "--revision", "v1"], monkeypatch) == 0
     assert str(cache / "models--org--tiny" / "snapshots" / V1) in capsys.readouterr().out
-    assert asked == [("org/tiny", "v1", hub.HUB_TIMEOUT_S)]  # one bounded request resolves the revision
     assert fetched == [("org/tiny", "v1", ["config.json", "tokenizer.json", "model.safetensors"])]  # its model files only
-    assert resolve("org/tiny", "v1") == cache / "models--org--tiny" / "snapshots" / V1 and len(asked) == 1  # now cached
+    assert resolve("org/tiny", "v1") == cache / "models--org--tiny" / "snapshots" / V1 and len(asked) == 2  # now cached
     assert run_cli(["models", "pull", "org/tiny", "--revision", "v1"], monkeypatch) == 0
-    assert len(asked) == 2  # `models pull` asks the hub again (a branch may have moved); loading does not
+    assert len(asked) == 3  # `models pull` asks the hub again (a branch may have moved); loading does not
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert resolve("org/tiny", "v1") == cache / "models--org--tiny" / "snapshots" / V1  # offline, from the cache
 

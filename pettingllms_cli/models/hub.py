@@ -3,7 +3,8 @@
 With `HF_HUB_OFFLINE=1`, or when the hub cannot be reached, an uncached id fails at once in one line naming
 `pettingllms models pull` and the variable. The hub is asked once, with a timeout (the client's own requests wait
 without one), so no network fails within seconds. Only the files a causal LM loads from are downloaded: the
-top-level config, tokenizer and template files, and the weights (safetensors where the repo has them, else `.bin`).
+top-level config, tokenizer and template files, and the weights (safetensors where the repo has them, else `.bin`);
+`validate` only asks whether the hub has the model (`check`), loading downloads it (`snapshot`).
 """
 
 from __future__ import annotations
@@ -40,13 +41,22 @@ def snapshot(repo_id: str, revision: str | None = None, refresh: bool = False) -
     folder = None if refresh and not offline() else cached(repo_id, revision)
     if folder is not None:
         return folder
-    what = f"hub model {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
-    if offline():
-        raise UserError(
-            f"{what} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it; "
-            f"run `pettingllms models pull {repo_id}` with HF_HUB_OFFLINE unset, or use a built-in alias or a local folder"
-        )
-    return download(repo_id, revision, what)
+    info = ask(repo_id, revision)
+    files = model_files([s.rfilename for s in info.siblings or []])
+    try:
+        # by its name, not info.sha: the cache then records what the branch or tag points at, for offline use
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=files))
+    except Exception as e:  # the connection dropped, the disk filled: one line, the cache keeps what it finished
+        again = f"run `pettingllms models pull {repo_id}` again"
+        raise UserError(f"{_what(repo_id, revision)}: the download failed ({_first_line(e)}); {again}") from None
+
+
+def check(repo_id: str, revision: str | None = None) -> Path | None:
+    """For `validate`: the cached folder, or None once the hub says it has the model (nothing is downloaded)."""
+    folder = cached(repo_id, revision)
+    if folder is None:
+        ask(repo_id, revision)
+    return folder
 
 
 def cached(repo_id: str, revision: str | None) -> Path | None:
@@ -58,8 +68,14 @@ def cached(repo_id: str, revision: str | None) -> Path | None:
     return folder if (folder / "config.json").is_file() else None
 
 
-def download(repo_id: str, revision: str | None, what: str) -> Path:
-    """Ask the hub, in one bounded request, whether the revision exists and what files it has; fetch its model files."""
+def ask(repo_id: str, revision: str | None):
+    """The hub's record of the model at `revision`, from one bounded request; every way to get none is one line."""
+    what = _what(repo_id, revision)
+    if offline():
+        raise UserError(
+            f"{what} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it; "
+            f"run `pettingllms models pull {repo_id}` with HF_HUB_OFFLINE unset, or use a built-in alias or a local folder"
+        )
     try:
         info = HfApi().model_info(repo_id, revision=revision, timeout=HUB_TIMEOUT_S)
     except RevisionNotFoundError:
@@ -76,15 +92,9 @@ def download(repo_id: str, revision: str | None, what: str) -> Path:
             f"{what} is not in the local Hugging Face cache and the hub cannot be reached ({_first_line(e)}); "
             f"run `pettingllms models pull {repo_id}` where it can be, or set HF_HUB_OFFLINE=1 to use only the cache"
         ) from None
-    files = model_files([s.rfilename for s in info.siblings or []])
-    if not any(f.endswith((".safetensors", ".bin")) for f in files):
+    if not any(f.endswith((".safetensors", ".bin")) for f in model_files([s.rfilename for s in info.siblings or []])):
         raise UserError(f"{what} has no safetensors or .bin weights at its top level; transformers cannot load it")
-    try:
-        # by its name, not info.sha: the cache then records what the branch or tag points at, for offline use
-        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=files))
-    except Exception as e:  # the connection dropped, the disk filled: one line, the cache keeps what it finished
-        again = f"run `pettingllms models pull {repo_id}` again"
-        raise UserError(f"{what}: the download failed ({_first_line(e)}); {again}") from None
+    return info
 
 
 def model_files(names: list[str]) -> list[str]:
@@ -98,6 +108,10 @@ def model_files(names: list[str]) -> list[str]:
     top = [n for n in names if "/" not in n]
     weights = [n for n in top if n.endswith(".safetensors")] or [n for n in top if n.endswith(".bin")]
     return [n for n in top if n.endswith(KEPT_SUFFIXES)] + weights
+
+
+def _what(repo_id: str, revision: str | None) -> str:
+    return f"hub model {repo_id!r}" + (f" at revision {revision!r}" if revision else "")
 
 
 def _first_line(error: Exception) -> str:

@@ -161,10 +161,11 @@ def source_problem(source: str, revision: str | None = None) -> str | None:
     if source.endswith(".gguf"):
         return gguf_problem(Path(source).expanduser())
     try:
-        where = resolve(source, revision)
+        # a hub id that is not cached is only asked about: `validate` downloads nothing, `train` will
+        where = hub.check(source, revision) if hub.is_hub_id(source) else resolve(source, revision)
     except UserError as e:
         return str(e)
-    return config_problem(where, source)
+    return None if where is None else config_problem(where, source)
 
 
 def config_problem(folder: Path, source: str) -> str | None:

@@ -15,7 +15,7 @@ import yaml
 from pettingllms_cli.analysis.report import heldout_points, read_eval, read_metrics, write_report
 from tests.conftest import run_cli
 
-VOID = {"meta", "img", "br", "hr", "link", "input"}
+VOID = {"meta", "img", "br", "hr", "link", "input", "wbr"}
 
 
 class StrictParser(HTMLParser):

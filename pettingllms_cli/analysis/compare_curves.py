@@ -70,7 +70,8 @@ def curve_plots(result: dict) -> dict[str, bytes]:
         return {}
     xlabel = "step" if unit not in SPENT_KEY else f"{unit} spent (whole run, mean over seeds)"
     title = "Held-out success from step 0 (greedy, mean over seeds, 95% band)"
-    return {"heldout_success": line_plot(series, title, "held-out success", xlabel=xlabel, bands=bands, rate=True)}
+    plot = line_plot(series, title, "held-out success", xlabel=xlabel, bands=bands, rate=True, width=9.0)
+    return {"heldout_success": plot}
 
 
 def report_links(result: dict, out: Path) -> list[tuple[str, list[tuple[str, str | None]]]]:

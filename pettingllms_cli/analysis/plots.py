@@ -19,10 +19,10 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:1.5em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:4px 6px;text-align:right}th{background:#f3f3f3;font-weight:600}
-td:first-child,th:first-child{text-align:left}
+td:first-child,th:first-child{text-align:left}td:first-child{overflow-wrap:break-word}
 table.header th,table.header td{text-align:left;vertical-align:top}table.header th{white-space:nowrap}
 img{max-width:100%;border:1px solid #eee;margin:0.5em 0}.plots{display:flex;flex-wrap:wrap;gap:8px}
-.plots img{width:49%}.plots img:only-child{width:75%}
+.plots img{width:49%}.plots img:only-child{width:auto}
 .episode{border:1px solid #ddd;border-radius:6px;padding:0.5em 1em;margin:0.5em 0;min-width:0}
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:12px}.kind{font-weight:normal;color:#555}
 .msg{margin:0.4em 0}.role{font-weight:bold;color:#0b5394}
@@ -36,7 +36,13 @@ Bands = dict[str, tuple[list[float], list[float]]]  # label -> (lower, upper) at
 
 
 def line_plot(
-    series: Series, title: str, ylabel: str, xlabel: str = "step", bands: Bands | None = None, rate: bool = False
+    series: Series,
+    title: str,
+    ylabel: str,
+    xlabel: str = "step",
+    bands: Bands | None = None,
+    rate: bool = False,
+    width: float = 5.5,
 ) -> bytes:
     """One PNG with a line per series; a series with a band (its 95% interval) gets it shaded in its colour. A `rate`
     (a success rate) is drawn on the whole 0..1 axis, so a small change does not look like a large one."""
@@ -46,7 +52,7 @@ def line_plot(
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.4), dpi=100)
+    fig, ax = plt.subplots(figsize=(width, 3.9 if rate else 3.4), dpi=100)  # inches; the page shows them at 100 dpi
     try:
         for label, (x, y) in series.items():
             (line,) = ax.plot(x, y, marker="o" if len(x) <= 30 else None, markersize=3, label=label)
@@ -60,11 +66,13 @@ def line_plot(
             ax.set_ylim(-0.03, 1.03)
         if xlabel.startswith("step"):
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-        if len(series) > 1:
+        if len(series) > 1 and rate:  # long legends over a 0..1 axis would hide the curves: below the plot
+            ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+        elif len(series) > 1:
             ax.legend(fontsize=8)
         fig.tight_layout()
         buf = io.BytesIO()
-        fig.savefig(buf, format="png")
+        fig.savefig(buf, format="png", bbox_inches="tight")  # the legend below a rate plot included
         return buf.getvalue()
     finally:
         plt.close(fig)
@@ -116,9 +124,23 @@ def md_table(headers: list[str], rows: list[list]) -> list[str]:
     return lines + ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
 
 
+def breakable(name: str) -> str:
+    """A name escaped for HTML, allowed to wrap after `_` and `/`, so a long spec name does not widen its table past
+    the page.
+
+    >>> breakable("team_a/solo")
+    'team_<wbr>a/<wbr>solo'
+    """
+    return html.escape(name).replace("_", "_<wbr>").replace("/", "/<wbr>")
+
+
 def html_table(headers: list[str], rows: list[list]) -> str:
+    """A table whose first column names the row (wrapping at `_` and `/`)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(fmt(c))}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join(
+        f"<tr><td>{breakable(fmt(row[0]))}</td>" + "".join(f"<td>{html.escape(fmt(c))}</td>" for c in row[1:]) + "</tr>"
+        for row in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

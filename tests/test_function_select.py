@@ -232,3 +232,50 @@ def test_compare_levels_the_arms_against_the_team():
     check_equal_arms(paths, specs)  # only what defines a team differs
     assert reference_arm(specs) == 1  # the per-agent team's spending in train.steps steps is the others' budget
     assert [s.specialization for s in specs[1:]] == ["per_agent", "shared"]
+
+
+# --- retries that carry information (issue 28 item 3) ----------------------------------------------------
+def _breaking_call(problem) -> tuple[str, str]:
+    """A call to the right function with its first argument's value mistyped, and the tool's error for it."""
+    name, args = next(iter(problem.answer[0].items()))
+    key = next(iter(args))
+    bad = {k: (v[0] if k != key else [v[0]]) for k, v in args.items()}  # a list where the schema wants a scalar
+    return render_tool_call(ToolCall(name, bad)), f"argument {key!r} must be"
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_a_refused_call_reaches_the_next_attempt_with_the_tools_error_in_both_arms(i):
+    problem = _problem(i=i)
+    call, error = _breaking_call(problem)
+    team = _team_after("Function: " + next(iter(problem.answer[0])), problem)
+    team.max_turns = 2
+    lone = FunctionSelectEnv(problem, "single", 2)
+    refused = [team.step("filler", call), lone.step("caller", call)]
+    assert all(error in r.info["tool_error"] and not r.terminated and not r.truncated for r in refused)
+    seen = [team.observe("selector"), team.step("selector", "Function: x") and team.observe("filler"), lone.observe("caller")]
+    news = [m[-2]["content"] for m in seen]  # the request turn of each role's next prompt
+    shown = f"Refused call: {call}\nTool error: {refused[1].info['tool_error']}"
+    assert all(shown in text for text in news) and news[1] == news[2]  # the same words; the fallback filler is the lone caller
+    assert all(shown not in m["content"] for m in seen[0][: 1 + len(EXAMPLES)])  # the worked examples stay as they were
+    for env, role in ((team, "filler"), (lone, "caller")):
+        result = env.step(role, env.reference_action(role))
+        assert result.team_reward == 1.0 and env.success and env.done and env.attempts == 2  # both calls count
+
+
+def _fitting_but_wrong(env: FunctionSelectEnv) -> str:
+    """A call to the right function whose first argument has another value of the right type (and in its enum)."""
+    name, args = next(iter(env.problem.answer[0].items()))
+    key, value = next(iter(args)), next(iter(args.values()))[0]
+    spec = env.functions[env.names.index(name)]["parameters"]["properties"][key]
+    other = next((v for v in spec.get("enum", []) if v != value), None) or (value + 1 if not isinstance(value, str) else "zzz")
+    return render_tool_call(ToolCall(name, {k: (v[0] if k != key else other) for k, v in args.items()}))
+
+
+def test_a_call_that_fits_the_schema_is_handed_in_even_when_wrong_and_one_round_ends_a_refusal():
+    problem = _problem()
+    lone = FunctionSelectEnv(problem, "single", 2)
+    result = lone.step("caller", _fitting_but_wrong(lone))
+    assert result.terminated and lone.handed_in and not lone.success and result.info["schema_problem"] is None
+    once = FunctionSelectEnv(problem, "single", 1)
+    result = once.step("caller", _breaking_call(problem)[0])
+    assert result.truncated and not once.handed_in and once.done and result.team_reward == 0.0

@@ -2,7 +2,9 @@
 
 Layouts:
 - `team`: `selector` sees the request and the offered functions' names with one-line descriptions and
-  writes one name (its reply is prefilled with `Function: `); `filler` sees the request and only the
+  writes one name (its reply is prefilled as a call's, `<tool_call>{"name": "`, the worked examples' own
+  form: prefilled with `Function: ` the untrained model copied the list, so the first name counted);
+  `filler` sees the request and only the
   chosen function's signature and description, its reply prefilled up to the arguments. If the
   selector names no offered function, the filler sees every offered signature and writes the whole
   call, exactly as the lone agent does.
@@ -10,9 +12,11 @@ Layouts:
   the whole call (prefilled up to the function's name).
 
 Both layouts' prompts hold the same two worked examples, the same chat turns token for token (`EXAMPLES`:
-a request, two offered signatures, the call). The call
-that closes the round is handed in, right or wrong, which ends the episode (`max_turns` above 1 changes
-nothing). Only the first `<tool_call>` of a reply is read.
+a request, two offered signatures, the call). A call that fits its function's schema runs and is handed in,
+right or wrong, which ends the episode. One that breaks it (no readable call, a function not offered, a
+missing, unknown or mistyped argument) is refused with the tool's own error: with `max_turns` 2 or more the
+next round's prompts, every role's in both layouts, show the refused call and that error in the same words.
+Every call is an attempt. Only the first `<tool_call>` of a reply is read.
 
 Rewards per action: team = the call matches the ground truth by BFCL's rules (bfcl_rules.py, through
 function_call.score_call; option `scoring: lenient` as in function_call_v0). Local, the same answer-key shaping
@@ -101,10 +105,12 @@ def named_function(text: str, names: list[str]) -> str | None:
     """The offered function a selector's reply names: its first word that is an offered name, whole (None if none is).
 
     >>> names = ["get_weather", "book_hotel"]
-    >>> named_function("Function: def get_weather.", names), named_function("get_weather_now", names)
-    ('get_weather', None)
+    >>> named_function('<tool_call>{"name": "book_hotel", "arguments": {', names), named_function("get_weather_now", names)
+    ('book_hotel', None)
+    >>> named_function("Function: def get_weather.", names)
+    'get_weather'
     """
-    words = (w.rstrip(".") for w in _NAME_RE.findall(text.removeprefix(PLAN_PREFIX)))
+    words = (w.rstrip(".") for w in _NAME_RE.findall(text.removeprefix(NAME_PREFIX).removeprefix(PLAN_PREFIX)))
     return next((w for w in words if w in names), None)
 
 
@@ -127,6 +133,7 @@ class FunctionSelectEnv(TurnEnv):
 
     def _reset_task(self) -> None:
         self.chosen: str | None = None  # the selector's function
+        self.refusal: str | None = None  # the tool's refusal of the last call, shown in the next round's prompts
 
     @property
     def functions(self) -> list[dict]:
@@ -144,17 +151,18 @@ class FunctionSelectEnv(TurnEnv):
     def observe(self, role: str) -> list[Message]:
         if role == "selector":
             listed = "\n".join(f"- {f['name']}: {one_line(f.get('description', ''))}" for f in self.functions)
-            return self._prompt(SELECTOR_SYSTEM, f"Functions:\n{listed}", PLAN_PREFIX)
+            return self._prompt(SELECTOR_SYSTEM, f"Functions:\n{listed}", NAME_PREFIX)
         shown = [f for f in self.functions if f["name"] == self.chosen] if role == "filler" else []
         shown = shown or self.functions  # the lone caller, or a filler the selector gave nothing usable
         prefix = f'{NAME_PREFIX}{shown[0]["name"]}", "arguments": {{' if len(shown) == 1 else NAME_PREFIX
         return self._prompt(CALLER_SYSTEM, "Functions:\n" + "\n".join(described(f) for f in shown), prefix)
 
     def _prompt(self, system: str, offered: str, prefix: str) -> list[Message]:
+        refused = f"\n{self.refusal}" if self.refusal else ""  # the same words in every role's prompt, both arms
         return [
             {"role": "system", "content": system},
             *EXAMPLES,
-            {"role": "user", "content": f"Request: {self.problem.question}\n{offered}"},
+            {"role": "user", "content": f"Request: {self.problem.question}{refused}\n{offered}"},
             {"role": "assistant", "content": prefix},
         ]
 
@@ -170,29 +178,44 @@ class FunctionSelectEnv(TurnEnv):
         return Outcome(local, 0.0, attempt=False, info={"function": self.chosen, "failed": self.chosen is None})
 
     def _call(self, text: str, lone: bool) -> Outcome:
-        """Score the handed-in call by BFCL's rules; the lone caller also earns the choice term of its function."""
-        self.handed_in = True
+        """Score the call by BFCL's rules; the lone caller also earns the choice term of its function.
+
+        A call that fits its function's schema runs and is handed in, right or wrong. One that does not (no
+        parseable call, a function not offered, a missing, unknown or mistyped argument) is refused with the
+        tool's own error, which the next round's prompts show; on the last round the episode simply ends.
+        """
         call = parse_tool_call(text)
         called = call.name if isinstance(call, ToolCall) else None
-        info = {"function": called, "schema_problem": schema_problem(call, self.functions)}
+        problem = schema_problem(call, self.functions)
+        info = {"function": called, "schema_problem": problem}
         shaping = choice_term(called, self.names, self.right_names) if lone else 0.0
         if not isinstance(call, ToolCall) or called not in self.names:
-            return Outcome(CALL_INVALID + shaping, 0.0, attempt=True, info=info)
+            return self._refuse(call, problem, Outcome(CALL_INVALID + shaping, 0.0, attempt=True, info=info))
         gold = next((g for g in self.problem.answer if call.name in g), self.problem.answer[0])
         schema = self.functions[self.names.index(call.name)]
         matches, share, _ = score_call(call, gold, schema, self.options.get("scoring", "bfcl") == "lenient")
-        return Outcome(share + shaping, float(matches), solved=matches, attempt=True, info={**info, "matches": matches})
+        outcome = Outcome(share + shaping, float(matches), solved=matches, attempt=True, info={**info, "matches": matches})
+        if problem is not None and not matches:  # the schema check never refuses what BFCL accepts
+            return self._refuse(call, problem, outcome)
+        self.handed_in = True
+        return outcome
+
+    def _refuse(self, call: ToolCall | str, problem: str | None, outcome: Outcome) -> Outcome:
+        """Keep the tool's error for the next round: the refused call as written, then the error, in both arms."""
+        shown = render_tool_call(call) if isinstance(call, ToolCall) else "(no readable call)"
+        self.refusal = f"Refused call: {shown}\nTool error: {problem}"
+        return Outcome(outcome.local_reward, outcome.team_reward, attempt=True, info={**outcome.info, "tool_error": problem})
 
     # --- reference and corrupted actions ----------------------------------------------------
     def reference_action(self, role: str) -> str:
         if role == "selector":
-            return PLAN_PREFIX + next(iter(self.problem.answer[0]))
+            return f'{NAME_PREFIX}{next(iter(self.problem.answer[0]))}"'
         return FunctionCallEnv(self.problem, "single").reference_action("caller")  # the gold call, omittables left out
 
     def corrupted_actions(self, role: str) -> list[str]:
         """The selector: a function that is not offered; the callers: function_call_v0's wrong function and wrong value."""
         if role == "selector":
-            return [PLAN_PREFIX + "no_such_function"]
+            return [f'{NAME_PREFIX}no_such_function"']
         return FunctionCallEnv(self.problem, "single").corrupted_actions("caller")
 
     # --- data ---------------------------------------------------------------------------------

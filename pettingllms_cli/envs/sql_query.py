@@ -229,7 +229,8 @@ class SqlEnv(TurnEnv):
         self.first_cell = result.rows[0][0] if result.rows else None
         correct = same_answer(self.first_cell, self.problem.answer)
         self.feedback = None if correct else f"Your last query returned {self.result[:80]!r}, which is wrong."
-        return Outcome(QUERY_RAN, float(correct), info={"query": self.query, "rows": len(result.rows)})
+        info = {"query": self.query, "rows": len(result.rows), "result": self.result}  # the reply the reporter reads
+        return Outcome(QUERY_RAN, float(correct), info=info)
 
     def _report(self, text: str) -> Outcome:
         body = text.removeprefix(ANSWER_PREFIX).strip()

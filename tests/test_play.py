@@ -209,8 +209,8 @@ def test_a_sql_question_runs_against_the_built_in_database(sql_run, monkeypatch,
     record = _json([str(sql_run), "--question", "How many customers live in Oslo?"], monkeypatch, capsys)
     query = "SELECT COUNT(*) FROM customers WHERE city = 'Oslo'"
     writer, reporter = record["actions"][:2]
-    assert writer["env"] == {"query": query, "rows": 1}
     result = run_query(build_db(0), query)  # the seed-0 database the run's spec builds
+    assert writer["env"] == {"query": query, "rows": 1, "result": result.render()}
     assert result.ok and f"Result: {result.render()}" in reporter["prompt"][-2]["content"]
     assert reporter["env"] == {"answer": "3"}
     assert record["outcome"]["success"] is None and record["problem"]["answer"] is None

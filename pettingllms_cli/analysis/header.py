@@ -80,6 +80,7 @@ def provenance_items(resolved: dict) -> list[tuple[str, str]]:
     """Commit and start time as the run recorded them (training/provenance.py)."""
     prov = section(resolved, "provenance")
     commit = prov.get("commit") or "unknown (not a git checkout, or the run predates this record)"
+    commit = commit.replace("+changes", " with uncommitted changes")  # provenance.git_commit's mark
     version = f" (pettingllms {prov['version']})" if prov.get("version") else ""
     return [("Commit", f"{commit}{version}"), ("Started", prov.get("started") or "unknown")]
 

@@ -201,3 +201,37 @@ def test_an_import_path_that_does_not_import_is_one_line_exit_2(tmp_path):
     err = done.stderr.strip()
     assert done.returncode == 2 and len(err.splitlines()) == 1 and "no_such_pkg.team" in err and "does not import" in err
     assert not (tmp_path / "run").exists()  # refused before the run directory, let alone weights
+
+
+def tiny_example(name: str, folder: Path, steps: int = 1) -> Path:
+    """experiments/<name>.yaml on the tiny model at the smallest budget that trains."""
+    tree = yaml.safe_load((ROOT / "experiments" / f"{name}.yaml").read_text())
+    tree["models"] = {"smol": {"source": "tiny-llama"}}
+    tree["env"] |= {"eval_problems": 2}
+    tree["algorithm"] |= {"group_size": 2}
+    tree["train"] |= {"steps": steps, "problems_per_step": 2, "max_new_tokens": 4, "eval_every": 1, "eval_subset": 2}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def test_the_openai_team_example_trains_a_step(tmp_path):
+    done = cli("train", str(tiny_example("external_openai", tmp_path)), "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["actions_total"] == 8 and {"loss/planner", "loss/caller"} <= row.keys()  # 2 problems x K=2 x 2 calls
+    assert "external episode failed" not in done.stderr
+
+
+def test_compare_runs_the_team_against_the_one_agent_program(tmp_path):
+    """The team first: compare levels the arms on the first arm's actions when neither declares roles (docs/external.md)."""
+    team, solo = tiny_example("external_openai", tmp_path), tiny_example("external_openai_single", tmp_path, steps=4)
+    out = tmp_path / "out"
+    done = cli("compare", str(team), str(solo), "--seeds", "1", "--out", str(out), "--allow-unequal")
+    assert done.returncode == 0, done.stdout + done.stderr
+    spent = {}
+    for name in ("external_openai", "external_openai_single"):
+        rows = [json.loads(line) for line in (out / name / "seed0" / "metrics.jsonl").read_text().splitlines()]
+        spent[name] = sum(r["actions_total"] for r in rows)
+    assert spent == {"external_openai": 8, "external_openai_single": 8}  # the solver took 2 steps of 4 calls
+    assert "actions_total" in (out / "compare.json").read_text()

@@ -34,7 +34,7 @@ def test_tensorboard_event_file_holds_team_success_for_every_step(tmp_path: Path
 
     from pettingllms_cli.training.loop import train
 
-    spec = load_spec(SMOKE, [*FAST, "train.steps=3", "train.report_to=[tensorboard]"])
+    spec = load_spec(SMOKE, [*FAST, "train.steps=3", "train.eval_every=1", "train.report_to=[tensorboard]"])
     run_dir = train(spec, tmp_path / "run", console=Console(quiet=True))
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert list((run_dir / TB_DIR).glob("events.out.tfevents.*")), "no event file in the run directory's tb/"
@@ -44,6 +44,10 @@ def test_tensorboard_event_file_holds_team_success_for_every_step(tmp_path: Path
     assert [s for s, _ in logged["tokens_generated"]] == [1, 2, 3]
     after = json.loads((run_dir / "eval_after.json").read_text())["team_success_rate"]
     assert logged["eval_after/team_success_rate"] == [(3, pytest.approx(after))]
+    before = json.loads((run_dir / "eval_before.json").read_text())["per_episode"][: spec.train.eval_subset]
+    start = sum(e["success"] for e in before) / len(before)  # the untrained team on the curve's problems
+    curve = [(0, pytest.approx(start))] + [(r["step"], pytest.approx(r["heldout_success_rate"])) for r in rows]
+    assert logged["heldout_success_rate"] == curve  # the held-out curve from step 0, as the report draws it
 
 
 def test_resume_hides_the_events_past_the_checkpoint(tmp_path: Path) -> None:

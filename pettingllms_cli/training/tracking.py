@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from pettingllms_cli import distributed
+from pettingllms_cli.analysis.curves import step_zero
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import read_json
 from pettingllms_cli.spec import Experiment
@@ -54,6 +55,13 @@ def scalars(row: dict) -> dict[str, float]:
     }
 
 
+def held_out_start(spec: Experiment, run_dir: Path) -> dict:
+    """Step 0 of the held-out curve, as the report draws it: the untrained team on the same `eval_subset` problems
+    (eval_before.json); only `step` when train.eval_every is unset or eval_before.json does not say."""
+    point = step_zero(read_json(run_dir / "eval_before.json"), spec.train.eval_subset) if spec.train.eval_every else None
+    return {"step": 0, **({"heldout_success_rate": point.rate} if point else {})}
+
+
 class Trackers:
     """The trackers of one run: `log` each metrics row, `end` with the held-out scores and the report's plots.
 
@@ -75,6 +83,8 @@ class Trackers:
         if "trackio" in report_to:
             project = os.environ.get("TRACKIO_PROJECT", PROJECT)
             self.trackio = _optional("trackio").init(project=project, name=name, config=config)
+        if not resumed_at:  # a resume's trackers already hold step 0
+            self.log(held_out_start(spec, run_dir))
 
     def __enter__(self) -> Trackers:
         return self
@@ -85,6 +95,8 @@ class Trackers:
     def log(self, row: dict) -> None:
         """One metrics.jsonl row at its step."""
         step, values = row["step"], scalars(row)
+        if not values:
+            return
         if self.tensorboard is not None:
             for key, value in values.items():
                 self.tensorboard.add_scalar(key, value, global_step=step)

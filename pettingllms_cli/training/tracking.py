@@ -83,7 +83,7 @@ class Trackers:
         if "trackio" in report_to:
             project = os.environ.get("TRACKIO_PROJECT", PROJECT)
             self.trackio = _optional("trackio").init(project=project, name=name, config=config)
-        if not resumed_at:  # a resume's trackers already hold step 0
+        if report_to and not resumed_at:  # a resume's trackers already hold step 0
             self.log(held_out_start(spec, run_dir))
 
     def __enter__(self) -> Trackers:

@@ -64,7 +64,7 @@ VALIDATOR = review.Judge(
     "Does the call fit the function's schema?",
     (
         (f"{_SHOT_FN}\nCall: circle_area(radius=3)", "Yes."),
-        (f"{_SHOT_FN}\nCall: circle_area(unit='cm')", "No: circle_area(unit='cm') lacks radius."),
+        (f"{_SHOT_FN}\nCall: circle_area(unit='cm')", "No: circle_area needs radius."),
     ),
 )
 READER = review.Judge(

@@ -52,7 +52,7 @@ def test_filler_sees_one_signature_and_the_lone_caller_all(i):
         f["name"] for f in problem.meta["functions"]
     )
     assert len(problem.meta["functions"]) == generated.OFFERED
-    assert team.prefill("filler").endswith(f'"name": "{_right(team)}", "arguments": {{')  # prefilled up to the arguments
+    assert team.prefill("filler").endswith(f'"name": "{_right(team)}", "arguments": {{"')  # up to the first argument's name
 
 
 def test_selector_sees_names_and_descriptions_but_no_signature():

@@ -9,7 +9,9 @@ are summed over ranks before clipping, so every rank steps with the 1-process gr
 
 With `algorithm.update_epochs` > 1 the step makes that many passes, each with its own optimizer
 step, and the PPO ratio is taken against the sampling policy's log-probs (stored in the first
-pass), so `clip_eps` binds and `clip_frac` is non-zero (docs/design.md, "The update").
+pass), so `clip_eps` binds and `clip_frac` is non-zero (docs/design.md, "The update"); `clip_eps_high`
+widens the upper side (clip-higher). The learning-rate schedules step once per call: once per training step.
+`train.top_k`/`top_p` truncate the distribution the log-probs are taken from, as sampling did (sampling.py).
 
 With a sampler other than the trainer (`sampler: vllm`), the sampled tokens' own log-probs come in
 too: `logprob_gap` measures how far they are from the trainer's, and with `algorithm.tis_cap` each
@@ -24,6 +26,7 @@ optimizer state stay as they were.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -89,6 +92,10 @@ def update(
             _update_adapter(
                 team, optimizers[adapter], adapter, by_adapter.get(adapter, []), stats, sampled, epoch == 0, sampler_logp
             )
+    with warnings.catch_warnings():  # an adapter without samples this step has not stepped: its schedule moves on
+        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
+        for schedule in getattr(optimizers, "schedulers", {}).values():  # make_optimizers' Optimizers
+            schedule.step()  # one learning-rate step per training step, however many passes it made
     _sum_over_ranks(stats)
     for st in stats.values():
         n = max(st.tokens, 1) * passes  # the sums cover every pass
@@ -193,17 +200,18 @@ def batch_loss(
     min(exp(old_logp - sampler log-prob), tis_cap), 1 on tokens the sampler did not record.
     """
     spec = team.spec
-    algo = spec.algorithm
+    algo, t = spec.algorithm, spec.train
+    cut = {"top_k": t.top_k, "top_p": t.top_p} if t.top_k or t.top_p < 1 else {}  # the distribution sampled from
     model = team.activate(agent)
     tokenizer = team.tokenizer_of(agent)
     prompt = torch.tensor(batch[0].prompt)  # [Lp]
     ids, mask = pad([s.completion for s in batch], tokenizer.pad_token_id)  # [K, Lc]
     advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32)  # [K]
     mask, advantages = mask.to(model.device), advantages.to(model.device)
-    logp, entropy = group_logprobs(model, prompt, ids, spec.train.temperature, shared_prompt=True)
+    logp, entropy = group_logprobs(model, prompt, ids, t.temperature, shared_prompt=True, **cut)
     first = old_logp is None
     old_logp = logp.detach() if first else old_logp
-    per_token, clipped = ppo_clip_loss(logp, old_logp, advantages, algo.clip_eps)
+    per_token, clipped = ppo_clip_loss(logp, old_logp, advantages, algo.clip_eps, algo.clip_eps_high)
     if algo.tis_cap is not None and sampler is not None:  # weights from the first pass's log-probs, alike every pass
         weights = recorded_is_weights(old_logp, *(t.to(model.device) for t in sampler), algo.tis_cap)  # [K, Lc]
         per_token = per_token * weights
@@ -212,7 +220,7 @@ def batch_loss(
             st._sums["tis_tokens"] += float(mask.sum())
     if algo.kl_coef > 0:
         with torch.no_grad(), model.disable_adapter():
-            ref_logp, _ = group_logprobs(model, prompt, ids, spec.train.temperature, shared_prompt=True)
+            ref_logp, _ = group_logprobs(model, prompt, ids, t.temperature, shared_prompt=True, **cut)
         kl = k3_kl(logp, ref_logp)
         per_token = per_token + algo.kl_coef * kl
         st._sums["kl"] += float(masked_sum(kl.detach(), mask))

@@ -2,7 +2,7 @@
 
 `VllmSampler` has `Team`'s sampling interface (`encode`, `sample_mixed`, `decode`) and does the
 same work: the prompt token ids the trainer renders (`Team.encode`, so the same chat template
-and prefill), the same temperature and max new tokens, stop at EOS (kept), and one seed per
+and prefill), the same temperature, top_k, top_p and max new tokens, stop at EOS (kept), and one seed per
 prompt from which its K samples draw (request j of prompt i is seeded `row_seed(seed_i, j)`, so
 a problem draws the same way whatever its batch). Each sampled token's log-prob is kept
 (`take_logprobs`) for `sampler_logprob_gap/<agent>` (offpolicy.py).
@@ -118,7 +118,7 @@ class VllmSampler:
             enable_prefix_caching=self.settings.enable_prefix_caching,
             enforce_eager=self.settings.enforce_eager,
             generation_config="vllm",  # the folder's generation_config.json must not change temperature, top_p, top_k
-            logprobs_mode="processed_logprobs",  # log-probs after temperature: what the trainer recomputes
+            logprobs_mode="processed_logprobs",  # after temperature, top_k and top_p: what the trainer recomputes
             **kwargs,
         )
 
@@ -223,8 +223,8 @@ class VllmSampler:
                 params.append(
                     SamplingParams(
                         temperature=0.0 if greedy else temperature,
-                        top_p=1.0,
-                        top_k=0,
+                        top_p=self.team.spec.train.top_p,  # after top_k, as the trainer's truncation (sampling.py)
+                        top_k=self.team.spec.train.top_k,  # 0: all tokens
                         max_tokens=max_new_tokens,
                         seed=None if greedy or seeds is None else row_seed(seeds[i], j),
                         stop_token_ids=[eos],

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from pettingllms_cli.spec.limits import MAX_STEPS
 from pettingllms_cli.spec.strict import Strict
 
 MAX_GROUP_SIZE = 256  # K samples are generated in one batch per group; far past this they cannot fit in memory
@@ -23,7 +24,14 @@ class AlgorithmSpec(Strict):
         gt=0,
         lt=1,
         description="PPO clip epsilon. It binds only from the second pass over a step's samples (`update_epochs` > 1): "
-        "the first pass runs at the sampling policy, where every ratio is 1.",
+        "the first pass runs at the sampling policy, where every ratio is 1. TRL's epsilon.",
+    )
+    clip_eps_high: float | None = Field(
+        None,
+        gt=0,
+        lt=10,
+        description="Upper clip epsilon (clip-higher, DAPO; TRL's epsilon_high): the ratio is clipped to "
+        "[1 - clip_eps, 1 + clip_eps_high], so a token whose probability was low may gain more per step. Unset: clip_eps.",
     )
     update_epochs: int = Field(
         1,
@@ -35,7 +43,23 @@ class AlgorithmSpec(Strict):
     kl_coef: float = Field(
         0.0, ge=0, description="Weight of the k3 KL to the frozen base (adapter disabled); 0 skips the reference pass."
     )
-    lr: float = Field(2e-4, gt=0, description="AdamW learning rate for each adapter.")
+    lr: float = Field(2e-4, gt=0, description="AdamW learning rate for each adapter (TRL's learning_rate).")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description="How the learning rate moves over `train.steps` (transformers' get_scheduler; after a warmup, "
+        "`linear` falls to 0 at the last step, `cosine` along a half cosine). One schedule step per training step, "
+        "whatever `update_epochs`; --resume continues it (the checkpoint holds the scheduler's state).",
+    )
+    warmup_steps: int = Field(
+        0,
+        ge=0,
+        le=MAX_STEPS,
+        description="Training steps over which the learning rate rises linearly from 0 to `lr` (the first step trains "
+        "at 0, as transformers' schedules do). 0: no warmup.",
+    )
+    warmup_ratio: float = Field(
+        0.0, ge=0, lt=1, description="Warmup as a share of `train.steps` (rounded up); set this or warmup_steps, not both."
+    )
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient-norm clip per adapter.")
     scale_rewards: Literal["group", "batch", "none"] = Field(
@@ -55,6 +79,14 @@ class AlgorithmSpec(Strict):
         "vLLM's, detached (1 for tokens vLLM did not record), to correct for vLLM and the trainer disagreeing on the "
         "samples' probabilities. Typically 2 (verl, TRL); logs `tis_weight/<agent>`. Unset: no correction (docs/vllm.md).",
     )
+
+    @model_validator(mode="after")
+    def _one_warmup(self) -> AlgorithmSpec:
+        if self.warmup_steps and self.warmup_ratio:
+            raise ValueError(
+                f"warmup_steps ({self.warmup_steps}) and warmup_ratio ({self.warmup_ratio}) both set; keep one of them"
+            )
+        return self
 
     @field_validator("scale_rewards", mode="before")
     @classmethod

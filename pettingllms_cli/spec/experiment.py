@@ -24,6 +24,7 @@ from pettingllms_cli.spec.sampler_settings import VllmSettings
 from pettingllms_cli.spec.strict import NAME_RE, Strict
 from pettingllms_cli.spec.team import AssignmentSpec, CoordinationSpec, DistillSpec, RewardSpec
 from pettingllms_cli.spec.train import TrainSpec
+from pettingllms_cli.spec.trl_names import did_you_mean
 
 __all__ = [  # what callers imported from here before the sections moved to their own modules
     "Experiment", "LoraSpec", "ModelSpec", "apply_overrides", "chat_template_problem", "dump_spec", "load_spec",
@@ -199,6 +200,8 @@ def parse_spec(tree: dict, origin: str = "<spec>") -> Experiment:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; `pettingllms schema` lists the keys)"
+            if ours := did_you_mean(err["loc"], Experiment):
+                msg = f"unknown key; did you mean {ours}? (docs/config.md maps TRL's and PEFT's names to ours)"
         more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
         raise UserError(f"{origin}: {field}: {msg}{more}") from None
 

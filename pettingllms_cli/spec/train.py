@@ -19,11 +19,40 @@ class TrainSpec(Strict):
     )
     max_new_tokens: int = Field(24, ge=1, le=4096, description="Tokens sampled per action at most.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (log-probs use the same temperature).")
+    top_p: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Nucleus sampling: sample among the most likely tokens whose probabilities add up to top_p (after "
+        "temperature and top_k). The update's log-probs are those of this truncated, renormalised distribution, the one "
+        "sampled from (docs/config.md). 1: the whole vocabulary.",
+    )
+    top_k: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="Sample among the top_k most likely tokens only (log-probs as for top_p). 0: no limit.",
+    )
+    max_prompt_length: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Most tokens in a prompt: longer ones drop their oldest turns first (never the system prompt or the "
+        "newest message), then keep their last max_prompt_length tokens, as TRL truncates on the left. Unset: the "
+        "model's context less the tokens sampled.",
+    )
     checkpoint_every: int = Field(
         5,
         ge=1,
         le=MAX_STEPS,
         description="Save adapters and optimizer state every N steps (and at the end); N up to train.steps' bound.",
+    )
+    save_total_limit: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_STEPS,
+        description="Keep only the newest N checkpoints, deleting older ones after each save (the newest, which "
+        "--resume reads, is never deleted). Unset: keep all.",
     )
     log_every: int = Field(
         1,

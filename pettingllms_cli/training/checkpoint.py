@@ -5,9 +5,10 @@ A checkpoint is written into `step_N.tmp-<pid>` and renamed into place, so a fol
 
 `trainer_state.pt` holds everything else a resumed run needs to continue exactly: the step,
 every adapter's AdamW state, the RNG states (python, numpy, torch, CUDA), the data cursor and
-a fingerprint of the training problems, the role assignment, the skip counters of the guards
-and the spec the checkpoint was trained with. The learning rate is constant (no scheduler).
-It loads with `torch.load(weights_only=True)`: no pickled code.
+a fingerprint of the training problems, the role assignment, the skip counters of the guards,
+every adapter's learning-rate schedule (`algorithm.lr_scheduler_type`) and the spec the checkpoint
+was trained with. It loads with `torch.load(weights_only=True)`: no pickled code. `train.save_total_limit`
+prunes the oldest after each save (`prune`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from peft import set_peft_model_state_dict
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from pettingllms_cli.algorithms.optim import restore_schedule
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.training.rundir import spec_changes
@@ -77,6 +79,7 @@ def save_checkpoint(
         state = {
             "step": step,
             "optimizers": {name: opt.state_dict() for name, opt in optimizers.items()},
+            "schedulers": {name: sched.state_dict() for name, sched in getattr(optimizers, "schedulers", {}).items()},
             "rng": rng_state(),
             **(extra or {}),
         }
@@ -85,6 +88,7 @@ def save_checkpoint(
         if final.exists():
             shutil.rmtree(final)  # an incomplete leftover of the same step
         os.replace(tmp, final)
+        prune(run_dir, step, team.spec.train.save_total_limit)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         previous = latest_checkpoint(run_dir)
@@ -94,6 +98,18 @@ def save_checkpoint(
             "Free disk space or fix permissions, then rerun with --resume"
         ) from None
     return final
+
+
+def prune(run_dir: Path, step: int, limit: int | None) -> list[Path]:
+    """Delete the oldest complete checkpoints before `step` so that `limit` remain with it (`step`'s own, which
+    --resume reads next, and any newer one are kept); returns them."""
+    if limit is None:
+        return []
+    older = [folder for n, folder in complete_checkpoints(run_dir) if n < step]
+    doomed = older[: max(0, len(older) - (limit - 1))]
+    for folder in doomed:
+        shutil.rmtree(folder)
+    return doomed
 
 
 def _write_adapters(team: Team, folder: Path) -> None:
@@ -255,7 +271,7 @@ def _load_state(folder: Path) -> tuple[dict, str | None]:
 
 
 STATE_SHAPE = {"optimizers": dict, "rng": dict, "roles": (dict, type(None)), "skipped_in_a_row": dict, "verdicts": dict}
-STATE_SHAPE |= {"data": dict, "spec": dict}  # each key's type where present; step, optimizers and rng must be
+STATE_SHAPE |= {"data": dict, "spec": dict, "schedulers": dict}  # each key's type where present; step, optimizers, rng must be
 
 
 def state_problem(state: object) -> str | None:
@@ -332,6 +348,8 @@ def load_checkpoint(team: Team, optimizers: dict[str, torch.optim.Optimizer], fo
             ) from None
         for group in opt.param_groups:  # hyper-parameters follow the spec (they differ only after --force)
             group["lr"], group["weight_decay"] = algo.lr, algo.weight_decay
+    for name, sched in getattr(optimizers, "schedulers", {}).items():
+        restore_schedule(sched, state.get("schedulers", {}).get(name), state["step"], algo.lr)
     try:
         set_rng_state(state["rng"])
     except (TypeError, ValueError, KeyError, IndexError, RuntimeError, AttributeError) as e:  # hand-edited RNG states
@@ -351,6 +369,7 @@ def check_disk_space(team: Team, optimizers: dict[str, torch.optim.Optimizer], r
     spec = team.spec
     done = max((step for step, _ in complete_checkpoints(run_dir)), default=0)
     saves = saves_left(done, spec.train.steps, spec.train.checkpoint_every)
+    saves = min(saves, (spec.train.save_total_limit or saves) + 1)  # pruned after each write: one more at the peak
     if saves == 0:
         return
     try:

@@ -101,16 +101,18 @@ def zero_std_groups(rewards: torch.Tensor, groups: Sequence[Hashable]) -> set[Ha
 
 
 def ppo_clip_loss(
-    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_eps: float
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip_eps: float, clip_eps_high: float | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token PPO-clip surrogate to minimise, and whether each token was clipped.
 
+    The ratio is clipped to [1 - clip_eps, 1 + clip_eps_high] (clip-higher; None: clip_eps on both sides).
     logp, old_logp: [K, T]; advantages: [K]. Returns ([K, T], [K, T] bool).
     """
     ratio = torch.exp(logp - old_logp)  # [K, T]
     adv = advantages[:, None]  # [K, 1]
     unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    clipped = torch.clamp(ratio, 1 - clip_eps, 1 + high) * adv
     loss = -torch.minimum(unclipped, clipped)
     return loss, (clipped < unclipped)
 

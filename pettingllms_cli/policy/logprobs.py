@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from pettingllms_cli.models.precision import lora_in_base_dtype
+from pettingllms_cli.policy.sampling import truncate
 
 
 def logprob_key(adapter: str, prompt: list[int], completion: torch.Tensor) -> tuple:
@@ -39,11 +40,19 @@ def pad(
 
 
 def group_logprobs(
-    model: torch.nn.Module, prompt: torch.Tensor, completions: torch.Tensor, temperature: float, shared_prompt: bool = True
+    model: torch.nn.Module,
+    prompt: torch.Tensor,
+    completions: torch.Tensor,
+    temperature: float,
+    shared_prompt: bool = True,
+    top_k: int = 0,
+    top_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs (and detached entropies) of K completions of one prompt.
 
     prompt: [Lp]; completions: [K, Lc] right-padded. Returns ([K, Lc], [K, Lc]).
+    With `top_k`/`top_p` (train's), they are those of the truncated distribution the tokens were sampled from
+    (sampling.py `truncate`; the sampled token itself is never cut).
     With `shared_prompt`, the prompt is run once and its key/value cache is expanded to the K
     completions (gradients flow through it); logits are computed only for completion tokens.
     """
@@ -60,8 +69,13 @@ def group_logprobs(
         else:
             full = torch.cat([prompt[None].expand(k, -1), completions], dim=1)  # [K, Lp+Lc]
             logits = model(input_ids=full).logits[:, len(prompt) - 1 : -1]
-    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)  # [K, Lc, V], fp32 whatever the base's dtype
+    scaled = logits.float() / temperature  # [K, Lc, V], fp32 whatever the base's dtype
+    cut = bool(top_k) or top_p < 1.0
+    if cut:
+        scaled = truncate(scaled.flatten(0, 1), top_k, top_p, keep=completions.flatten()).view_as(scaled)
+    logp_all = F.log_softmax(scaled, dim=-1)
     logp = logp_all.gather(-1, completions[..., None]).squeeze(-1)
     with torch.no_grad():
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        plogp = logp_all.exp() * logp_all
+        entropy = -(plogp.nan_to_num() if cut else plogp).sum(-1)  # a cut token's 0 * -inf is 0
     return logp, entropy

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicLayer
 
-from pettingllms_cli.policy.sampling import GumbelSampler
+from pettingllms_cli.policy.sampling import GumbelSampler, truncate
 
 MIN_SHARED_PREFIX = 8  # below this, a separate prefix forward costs more than it saves
 
@@ -172,15 +172,17 @@ def greedy_picker() -> Picker:
     return lambda logits: logits.argmax(-1)
 
 
-def gumbel_picker(seeds: list[int], k: int, temperature: float) -> Picker:
-    """Per-prompt seeded draws (sampling.py): argmax of logits / T plus each prompt's own Gumbel noise."""
-    sampler = GumbelSampler(seeds, k, temperature)
+def gumbel_picker(seeds: list[int], k: int, temperature: float, top_k: int = 0, top_p: float = 1.0) -> Picker:
+    """Per-prompt seeded draws (sampling.py): argmax of logits / T (cut to top_k/top_p) plus each prompt's own noise."""
+    sampler = GumbelSampler(seeds, k, temperature, top_k, top_p)
     return lambda logits: sampler(None, logits).argmax(-1)
 
 
-def multinomial_picker(temperature: float) -> Picker:
-    """What `generate(do_sample=True, top_k=0, top_p=1)` draws: the global torch RNG, one draw per row."""
-    return lambda logits: torch.multinomial(F.softmax(logits / temperature, dim=-1), num_samples=1).squeeze(1)
+def multinomial_picker(temperature: float, top_k: int = 0, top_p: float = 1.0) -> Picker:
+    """What `generate(do_sample=True, top_k=top_k, top_p=top_p)` draws: the global torch RNG, one draw per row."""
+    return lambda logits: torch.multinomial(
+        F.softmax(truncate(logits / temperature, top_k, top_p), dim=-1), num_samples=1
+    ).squeeze(1)
 
 
 def cut_at_eos(ids: torch.Tensor, eos: int) -> torch.Tensor:

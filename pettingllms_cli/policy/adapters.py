@@ -109,9 +109,10 @@ class Team:
         context = getattr(self.model_of(agent).config, "max_position_embeddings", None)
         if self.spec.sampler == "vllm" and self.spec.vllm.max_model_len:
             context = min(context or self.spec.vllm.max_model_len, self.spec.vllm.max_model_len)
+        cap = self.spec.train.max_prompt_length  # the user's cap (prompts.fit drops old turns, then cuts on the left)
         if not context:
-            return None
-        return max(1, context - max(self.spec.train.max_new_tokens, self.spec.coordination.intent_tokens))
+            return cap
+        return min(max(1, context - max(self.spec.train.max_new_tokens, self.spec.coordination.intent_tokens)), cap or context)
 
     def decode(self, agent: str, ids: torch.Tensor) -> str:
         return self.tokenizer_of(agent).decode(ids, skip_special_tokens=True)
@@ -217,9 +218,9 @@ class Team:
         if greedy:
             pick = decoding.greedy_picker()
         elif seeds is not None:  # Gumbel-max on per-prompt noise: argmax is an exact sample
-            pick = decoding.gumbel_picker(seeds, k, temperature)
+            pick = decoding.gumbel_picker(seeds, k, temperature, self.spec.train.top_k, self.spec.train.top_p)
         else:
-            pick = decoding.multinomial_picker(temperature)
+            pick = decoding.multinomial_picker(temperature, self.spec.train.top_k, self.spec.train.top_p)
         was_training = model.training
         model.eval()  # PEFT accepts adapter_names only in eval mode
         try:

@@ -177,7 +177,7 @@ def test_a_function_request_plays_with_the_functions_file(select_run, functions_
     assert "get_weather: Current weather in a city." in first["actions"][0]["prompt"][-2]["content"]
     assert first["outcome"]["success"] is None and first["outcome"]["reference"] == "none (a free-text question)"
 
-    script(monkeypatch, {"sel": "get_weather", "fill": '"city": "Paris"}}</tool_call>'})
+    script(monkeypatch, {"sel": "get_weather", "fill": 'city": "Paris"}}</tool_call>'})
     record = _json(args, monkeypatch, capsys)
     selector, filler = record["actions"]
     assert selector["env"] == {"function": "get_weather", "failed": False}
@@ -198,7 +198,9 @@ def test_a_function_call_team_shows_the_call_and_says_no_reference(call_run, fun
     assert caller["env"] == {"calls": [{"name": "send_sms", "arguments": {"phone": "555", "text": "hi"}}]}
     assert run_cli(["play", *args], monkeypatch) == 0
     text = capsys.readouterr().out
-    assert "functions: get_weather, send_sms" in text and "no reference answer" in text and "'phone': '555'" in text
+    assert "functions: get_weather, send_sms" in text and "'phone': '555'" in text
+    assert "function_call_v0 step 1, greedy: Text 555 hi" in text  # as written: no highlighter's touch
+    assert "no reference answer to check in 1 turn(s); reference: none (a free-text question)\n" in text  # one line
 
 
 def test_a_sql_question_runs_against_the_built_in_database(sql_run, monkeypatch, capsys):

@@ -127,20 +127,21 @@ def show(record: dict, console, prompts: bool = False) -> None:
     """The episode as a transcript: each action (with its prompt on request), what the env made of it, the outcome."""
     from rich.markup import escape
 
+    def say(text: str) -> None:  # model text as written (no highlighting), lines unbroken in a log
+        console.print(text, highlight=False, soft_wrap=True)
+
     problem = record["problem"]
-    console.print(
-        f"[bold]{escape(record['env'])}[/bold] step {record['step']}, {record['decoding']}: {escape(problem['question'])}"
-    )
+    say(f"[bold]{escape(record['env'])}[/bold] step {record['step']}, {record['decoding']}: {escape(problem['question'])}")
     if "functions" in problem:
-        console.print(f"functions: {escape(', '.join(str(name) for name in problem['functions']))}", highlight=False)
+        say(f"functions: {escape(', '.join(str(name) for name in problem['functions']))}")
     for action in record["actions"]:
-        console.print(f"\n[bold cyan]turn {action['turn']} · {escape(action['role'])}[/bold cyan] ({escape(action['agent'])})")
+        say(f"\n[bold cyan]turn {action['turn']} · {escape(action['role'])}[/bold cyan] ({escape(action['agent'])})")
         if prompts:
             for m in action["prompt"]:
-                console.print(f"  [dim]{escape(m['role'])}: {escape(m['content'])}[/dim]", highlight=False)
-        console.print(f"  {escape(action['action'])}", highlight=False)
+                say(f"  [dim]{escape(m['role'])}: {escape(m['content'])}[/dim]")
+        say(f"  {escape(action['action'])}")
         for key, value in action["env"].items():
-            console.print(f"  [yellow]{escape(key)}[/yellow]: {escape(str(value))}", highlight=False)
+            say(f"  [yellow]{escape(key)}[/yellow]: {escape(str(value))}")
     outcome = record["outcome"]
     verdict = {True: "[green]solved[/green]", False: "[red]not solved[/red]", None: "no reference answer to check"}
-    console.print(f"\n{verdict[outcome['success']]} in {outcome['turns']} turn(s); reference: {escape(outcome['reference'])}")
+    say(f"\n{verdict[outcome['success']]} in {outcome['turns']} turn(s); reference: {escape(outcome['reference'])}")

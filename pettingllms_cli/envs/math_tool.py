@@ -41,7 +41,7 @@ much local reward to any action containing a number: format shaping for untraine
 Options: `ops` (default "+-*/"), the operations generated problems use; the caller's prompt
 shows one worked example per op. `scoring` (`official`, the default, or `lenient`): the answer rule above.
 
-Data: `generated` (seeded templates; test problems use a fixed fifth of all expressions, which
+Data: `generated` (seeded templates, envs/math_problems.py; test problems use a fixed fifth of all expressions, which
 training never draws), or GSM8K-format jsonl (`question`, `answer` ending in
 `#### N`); the last fifth of a file's records (at least 1) is the held-out split.
 """

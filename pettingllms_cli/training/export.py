@@ -92,6 +92,8 @@ def write_agent(found: Trained, agent: str, roles: list[str], problem, held_out:
     shutil.copytree(found.checkpoint / agent, folder)
     config = json.loads((folder / ADAPTER_CONFIG).read_text())
     config["base_model_name_or_path"] = base["hub_id"] or base["local_path"]
+    if model.revision is not None:  # PEFT's AutoPeftModel loads the base at it: the weights the adapter trained on
+        config["revision"] = base["revision"] = model.revision
     write_json(folder / ADAPTER_CONFIG, config)
     write_json(folder / "base.json", base)
     tokenizer = AutoTokenizer.from_pretrained(local)

@@ -7,6 +7,7 @@ local HTTP server answering as the hub does, or a closed port; the download itse
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import threading
@@ -22,7 +23,7 @@ from pettingllms_cli.errors import UserError
 from pettingllms_cli.models import hub
 from pettingllms_cli.models.loader import load_model, pull, resolve
 from pettingllms_cli.spec import ModelSpec
-from tests.conftest import EXPERIMENTS, run_cli
+from tests.conftest import EXPERIMENTS, FAST, run_cli
 
 SMOKE = EXPERIMENTS / "smoke.yaml"
 MAIN, V1 = "a" * 40, "b" * 40  # commits of the fake repo's default branch and of its tag v1
@@ -181,3 +182,16 @@ def test_built_in_aliases_never_ask_the_hub(cache, monkeypatch):
     assert (resolve("tiny-llama") / "config.json").is_file()
     with pytest.raises(UserError, match="only a hub id takes a revision"):
         resolve("tiny-llama", "main")
+
+
+def test_a_run_on_a_hub_revision_trains_offline_and_exports_it(cache, tmp_path, monkeypatch, capsys):
+    cache_model(cache, "org/tiny", MAIN, "main")
+    tagged = cache_model(cache, "org/tiny", V1, "v1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    sets = [a for s in [*FAST, "models.tiny.source=org/tiny", "models.tiny.revision=v1"] for a in ("--set", s)]
+    assert run_cli(["train", str(SMOKE), "--out", str(tmp_path / "run"), "--max-steps", "1", *sets], monkeypatch) == 0
+    assert run_cli(["export", str(tmp_path / "run"), "--out", str(tmp_path / "export")], monkeypatch) == 0, capsys.readouterr()
+    adapter = json.loads((tmp_path / "export" / "caller" / "adapter_config.json").read_text())
+    base = json.loads((tmp_path / "export" / "caller" / "base.json").read_text())
+    assert (adapter["base_model_name_or_path"], adapter["revision"]) == ("org/tiny", "v1")  # what AutoPeftModel loads
+    assert base["local_path"] == str(tagged.resolve()) and base["revision"] == "v1"

@@ -195,3 +195,8 @@ def test_a_run_on_a_hub_revision_trains_offline_and_exports_it(cache, tmp_path, 
     base = json.loads((tmp_path / "export" / "caller" / "base.json").read_text())
     assert (adapter["base_model_name_or_path"], adapter["revision"]) == ("org/tiny", "v1")  # what AutoPeftModel loads
     assert base["local_path"] == str(tagged.resolve()) and base["revision"] == "v1"
+    spec = tmp_path / "run" / "spec.yaml"
+    spec.write_text(spec.read_text().replace("revision: v1", "revision: main"))  # another base under the adapters
+    capsys.readouterr()
+    assert run_cli(["play", str(tmp_path / "run"), "--question", "1+1?"], monkeypatch) == 2
+    assert "models.tiny.revision: 'v1' -> 'main'" in one_line(capsys)

@@ -231,6 +231,7 @@ def test_team_keys_may_differ_but_models_and_lora_may_not(spec_files):
 
     solo, team = (yaml.safe_load(p.read_text()) for p in spec_files)
     team |= {"reward": {**team["reward"], "credit": "difference"}, "assignment": {"mode": "rotate"}}
+    team["train"] = {**team["train"], "report_to": ["tensorboard"]}  # a tracker changes nothing a step computes
     check_equal_arms(list(spec_files), [parse_spec(solo), parse_spec(team)])  # credit and assignment define a team
     for key, value in (("lora", {"r": 8, "alpha": 8}), ("temperature", 0.7)):
         other = json.loads(json.dumps(solo))

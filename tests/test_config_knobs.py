@@ -49,6 +49,7 @@ def test_defaults_resolve_to_todays_behaviour(smoke_tree) -> None:
     assert (algo.lr_scheduler_type, algo.warmup_steps, algo.warmup_ratio, algo.clip_eps_high) == ("constant", 0, 0.0, None)
     assert (train.top_p, train.top_k, train.max_prompt_length, train.save_total_limit) == (1.0, 0, None, None)
     team = Team(spec)
+    assert all(st.lr is None for st in update(team, make_optimizers(team), []).values())  # no lr/<agent> column
     assert _lrs(team, make_optimizers(team), 5) == [algo.lr] * 5  # no schedule: lr at every step
     scores = torch.randn(3, 50)
     assert truncate(scores) is scores  # sampling and log-probs untouched
@@ -156,6 +157,8 @@ def test_resume_mid_schedule_ends_like_the_uninterrupted_run(tmp_path: Path) -> 
     knobs += ["train.checkpoint_every=1", "train.save_total_limit=2"]
     reference = train_in_process(tmp_path / "reference", *knobs)
     assert [step for step, _ in complete_checkpoints(reference)] == [3, 4]
+    lrs = [row["lr/caller"] for row in metrics(reference)]
+    assert lrs == pytest.approx([0.0, 0.01, 0.01 * 2 / 3, 0.01 / 3], rel=1e-3)  # warmup 1, then linear; rows are rounded
     run = tmp_path / "resumed"
     shutil.copytree(reference, run)
     shutil.rmtree(run / "checkpoints" / "step_4")

@@ -54,6 +54,7 @@ class AgentStats:
     skipped: bool = False
     logprob_gap: float | None = None  # mean |sampler - trainer| log-prob per token; only with a sampler's log-probs
     tis_weight: float | None = None  # mean truncated importance weight per token; only with algorithm.tis_cap
+    lr: float | None = None  # the learning rate the step trained at; only with a schedule (algorithm.lr_scheduler_type)
     _sums: dict = field(default_factory=lambda: defaultdict(float))
 
 
@@ -92,6 +93,10 @@ def update(
             _update_adapter(
                 team, optimizers[adapter], adapter, by_adapter.get(adapter, []), stats, sampled, epoch == 0, sampler_logp
             )
+    algo = team.spec.algorithm
+    if algo.lr_scheduler_type != "constant" or algo.warmup_steps or algo.warmup_ratio:
+        for agent, st in stats.items():
+            st.lr = optimizers[team.spec.adapter_of(agent)].param_groups[0]["lr"]
     with warnings.catch_warnings():  # an adapter without samples this step has not stepped: its schedule moves on
         warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
         for schedule in getattr(optimizers, "schedulers", {}).values():  # make_optimizers' Optimizers

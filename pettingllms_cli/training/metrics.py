@@ -81,6 +81,8 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
             metrics[f"sampler_logprob_gap/{agent}"] = st.logprob_gap
         if st.tis_weight is not None:  # and `algorithm.tis_cap` weighted the loss with them
             metrics[f"tis_weight/{agent}"] = st.tis_weight
+        if st.lr is not None:  # a learning-rate schedule moves it (algorithm.lr_scheduler_type, warmup)
+            metrics[f"lr/{agent}"] = st.lr
     metrics["tokens_generated"] = rollout.tokens
     metrics["on_policy_tokens"] = rollout.on_policy_tokens
     metrics |= compute_metrics(spec, rollout, stats)

@@ -37,7 +37,7 @@ TEAM_KEYS = (
     "reward.team_signal",
     "reward.balance_verdicts",
 )
-NOT_COMPARED = ("name", "seed", "output_dir", "train.report_to")  # compare sets seeds and run folders; trackers change no step
+NOT_COMPARED = ("name", "seed", "output_dir", "train.report_to", "train.save_total_limit")  # run folders, seeds, bookkeeping
 BUDGETS = ("actions", "tokens", "steps")
 
 

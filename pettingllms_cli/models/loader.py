@@ -136,7 +136,7 @@ def resolve(source: str, revision: str | None = None) -> Path:
 
 def check_models(models: dict[str, ModelSpec]) -> None:
     """`validate` and `train`, before any weight loads: each model's source resolves and nf4 can quantize it
-    (the spec itself has checked what needs no files: spec/experiment.py `model_problem`)."""
+    (the spec itself has checked what needs no files: spec/models.py `model_problem`)."""
     for name, model in models.items():
         if model.revision is not None and not hub.is_hub_id(model.source):
             raise UserError(f"models.{name}.revision: {model.source!r} is not a hub id; only a hub id takes a revision (drop it)")

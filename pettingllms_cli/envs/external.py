@@ -101,7 +101,12 @@ class ExternalEnv(TurnEnv):
 
     @classmethod
     def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
-        opts = ExternalOptions.model_validate(options or {})
+        if not (options or {}).get("program"):  # `envs check external`: there is no program to play it
+            raise UserError(
+                "external: its episodes are played by your program (env.options.program), which `envs check` cannot run; "
+                "check a spec with `pettingllms validate SPEC` (docs/external.md)"
+            )
+        opts = ExternalOptions.model_validate(options)
         source = opts.data or data
         from pettingllms_cli.envs import ENVS  # the env registry imports this module's siblings
 

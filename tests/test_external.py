@@ -224,10 +224,15 @@ def test_the_openai_team_example_trains_a_step(tmp_path):
 
 
 def test_compare_runs_the_team_against_the_one_agent_program(tmp_path):
-    """The team first: compare levels the arms on the first arm's actions when neither declares roles (docs/external.md)."""
+    """The one-agent program listed first: the budget is still the team's (two roles), as for built-in envs."""
+    from pettingllms_cli.analysis.budget import reference_arm, roles_of
+    from pettingllms_cli.spec import load_spec
+
     team, solo = tiny_example("external_openai", tmp_path), tiny_example("external_openai_single", tmp_path, steps=4)
+    assert [roles_of(load_spec(p)) for p in (solo, team)] == [1, 2]
+    assert reference_arm([load_spec(solo), load_spec(team)]) == 1
     out = tmp_path / "out"
-    done = cli("compare", str(team), str(solo), "--seeds", "1", "--out", str(out), "--allow-unequal")
+    done = cli("compare", str(solo), str(team), "--seeds", "1", "--out", str(out), "--allow-unequal")
     assert done.returncode == 0, done.stdout + done.stderr
     spent = {}
     for name in ("external_openai", "external_openai_single"):

@@ -81,8 +81,10 @@ def check_equal_arms(paths: list[Path], specs: list[Experiment]) -> None:
 
 
 def roles_of(spec: Experiment) -> int:
-    """R, the roles of the spec's layout (each samples K actions per problem and turn)."""
-    return len(ENVS[spec.env.name].layouts[spec.env.layout])
+    """R, the roles of the spec's layout (each samples K actions per problem and turn); where the layout names none
+    (an `external` program decides who acts), the roles the spec's agents play."""
+    declared = ENVS[spec.env.name].layouts[spec.env.layout]
+    return len(declared) or len({role for agent in spec.agents.values() for role in agent.roles})
 
 
 TOTAL_OF = {"actions": "actions_total", "tokens": "tokens_total"}  # the whole-run total each budget holds equal

@@ -21,25 +21,17 @@ Last line: `bf16_over_fp32_step=<fp32 step seconds over bf16 step seconds>`.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
-import warnings
 from pathlib import Path
 
 import torch
-from common import base_dtype, copy_bytes_per_cpu_second, perturb_adapters
+from common import base_dtype, bench_args, copy_bytes_per_cpu_second, perturb_adapters
 
 SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 DTYPES = ("float32", "bfloat16")
 ROWS = 16  # the quickstart's 4 problems x K=4
 DECODE_STEPS = 8
-
-
-def default_threads() -> int:
-    """1 when other processes keep the cores busy: OpenMP threads then wait on each other."""
-    return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch.get_num_threads()
 
 
 def make_learner(dtype: str, problems: int):
@@ -91,14 +83,7 @@ def decode_seconds(team, prompts: list[list[int]], steps: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="2 problems per step and 1 timed round (instead of 4 and 3)")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(args.threads or default_threads())
-    repeats = args.repeats or (1 if args.quick else 3)
+    args, repeats = bench_args(__doc__, "2 problems per step and 1 timed round (instead of 4 and 3)", 1, 3)
     per_step = 2 if args.quick else 4
 
     from pettingllms_cli import distributed

@@ -25,23 +25,15 @@ Last line: `eval_over_train_sampling=<eval tokens per CPU second over training s
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from common import PrefillCount, base_dtype, matmul_flops_per_cpu_second
+from common import PrefillCount, base_dtype, bench_args, matmul_flops_per_cpu_second
 
 SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
-
-
-def default_threads() -> int:
-    """1 when other processes keep the cores busy: OpenMP threads then wait on each other."""
-    return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch.get_num_threads()
 
 
 def timed(work: Callable[[], int]) -> tuple[int, float, float]:
@@ -52,14 +44,7 @@ def timed(work: Callable[[], int]) -> tuple[int, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="8 eval problems and 1 timed round instead of 24 and 3")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(args.threads or default_threads())
-    repeats = args.repeats or (1 if args.quick else 3)
+    args, repeats = bench_args(__doc__, "8 eval problems and 1 timed round instead of 24 and 3", 1, 3)
 
     from pettingllms_cli.analysis.evaluate import evaluate
     from pettingllms_cli.policy.adapters import Team

@@ -18,18 +18,15 @@ is at most 1.25.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `common`, and this module as the external program
-from common import perturb_adapters  # noqa: E402
+from common import bench_args, perturb_adapters  # noqa: E402
 
 SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 AGENT_OF = {"tool_caller": "caller", "verifier": "verifier"}  # the quickstart's roles
@@ -52,11 +49,6 @@ def drive(problem: dict, base_url: str) -> dict:
         reply = client.chat.completions.create(model=AGENT_OF[role], messages=messages)
         env.step(role, action_text(messages, reply.choices[0].message.content or ""))
     return {"reward": float(env.success)}
-
-
-def default_threads() -> int:
-    """1 when other processes keep the cores busy: OpenMP threads then wait on each other."""
-    return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch.get_num_threads()
 
 
 def make_learner(external: bool, problems: int):
@@ -94,14 +86,7 @@ def timed_step(spec, team, optimizers, problems) -> tuple[float, float, int, int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="2 problems per step and 1 timed round (instead of 4 and 3)")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(args.threads or default_threads())
-    repeats = args.repeats or (1 if args.quick else 3)
+    args, repeats = bench_args(__doc__, "2 problems per step and 1 timed round (instead of 4 and 3)", 1, 3)
     per_step = 2 if args.quick else 4
 
     from pettingllms_cli.training.loop import load_problems

@@ -33,22 +33,14 @@ Last line: `sampling_over_bound=<sampler tokens/s over the compute bound>`.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
-import warnings
 
 import torch
-from common import PrefillCount, base_dtype, copy_bytes_per_cpu_second, matmul_flops_per_cpu_second, quickstart_team
+from common import PrefillCount, base_dtype, bench_args, copy_bytes_per_cpu_second, matmul_flops_per_cpu_second, quickstart_team
 
 MODEL = "smollm2-135m-instruct"
 PROBLEMS, K, MAX_NEW_TOKENS = 4, 4, 12
-
-
-def default_threads() -> int:
-    """1 when other processes keep the cores busy: OpenMP threads then wait on each other."""
-    return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch.get_num_threads()
 
 
 def decode_matmul_seconds(model: torch.nn.Module, rows: int, reps: int = 3) -> float:
@@ -72,14 +64,7 @@ def make_team():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="2 timed repeats instead of 5")
-    parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
-    args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(args.threads or default_threads())
-    repeats = args.repeats or (2 if args.quick else 5)
+    args, repeats = bench_args(__doc__, "2 timed repeats instead of 5", 2, 5)
 
     from pettingllms_cli.envs.math_tool import generate_problems
     from pettingllms_cli.rollout.episodes import make_envs

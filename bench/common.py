@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import time
+import warnings
 
 import torch
 
@@ -98,3 +101,21 @@ class PrefillCount:
     @staticmethod
     def ceiling(generated: int, prefill_tokens: int) -> float:
         return generated / max(generated + prefill_tokens, 1)
+
+
+def default_threads() -> int:
+    """1 when other processes keep the cores busy: OpenMP threads then wait on each other."""
+    return 1 if os.getloadavg()[0] >= (os.cpu_count() or 1) else torch.get_num_threads()
+
+
+def bench_args(doc: str | None, quick_help: str, quick_repeats: int, repeats: int) -> tuple[argparse.Namespace, int]:
+    """The options every timing script takes (--quick, --repeats, --threads), applied: library warnings off and torch's
+    threads set. Returns (args, timed repeats)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 on a busy machine, else torch's)")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads or default_threads())
+    return args, args.repeats or (quick_repeats if args.quick else repeats)

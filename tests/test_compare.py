@@ -134,13 +134,10 @@ def test_verdict_opens_the_reports_and_the_terminal(compared, tmp_path, monkeypa
     assert verdict in (out / "compare.html").read_text().replace("&#x27;", "'")
 
 
-def test_console_table_fits_80_columns_with_whole_spec_names():
-    from rich.console import Console
-
-    from pettingllms_cli.training.compare import console_table, ratios_table
-
+def table_result(spec_a: str, spec_b: str) -> dict:
+    """A compare result with two arms and their ratio row, as the tables read it."""
     row = {
-        "spec": "quickstart_single_long_name",
+        "spec": spec_a,
         "initial_success": 0.5,
         "final_success": 0.875,
         "final_success_ci": [0.6, 1.0],
@@ -149,16 +146,24 @@ def test_console_table_fits_80_columns_with_whole_spec_names():
         "seeds": 3,
         "actions_total": 12345.0,
     }
-    result = {
-        "rows": [row, {**row, "spec": "quickstart"}],
+    return {
+        "rows": [row, {**row, "spec": spec_b}],
         "ratios": [
             {
-                "pair": "quickstart/quickstart_single_long_name",
+                "pair": f"{spec_b}/{spec_a}",
                 **{f"{k}_factor": 1.234 for k in ("improvement", "attempts", "convergence")},
                 **{f"{k}_factor_ci": [0.5, 2.5] for k in ("improvement", "attempts", "convergence")},
             }
         ],
     }
+
+
+def test_console_table_fits_80_columns_with_whole_spec_names():
+    from rich.console import Console
+
+    from pettingllms_cli.training.compare import console_table, ratios_table
+
+    result = table_result("quickstart_single_long_name", "quickstart")
     console = Console(width=80, record=True)
     console.print(console_table(result))
     console.print(ratios_table(result))
@@ -172,27 +177,7 @@ def test_tables_in_a_log_keep_whole_names_and_headers(capsys):
     from pettingllms_cli.cli.compare import print_result
 
     long_a, long_b = "baseline_single_agent_" + "a" * 40, "planner_and_verifier_team_" + "b" * 40
-    row = {
-        "spec": long_a,
-        "initial_success": 0.5,
-        "final_success": 0.875,
-        "final_success_ci": [0.6, 1.0],
-        "mean_attempts": 1.25,
-        "converged_seeds": 2,
-        "seeds": 3,
-        "actions_total": 12345.0,
-    }
-    result = {
-        "verdict": "B solves more held-out problems than A at equal sampled actions.",
-        "rows": [row, {**row, "spec": long_b}],
-        "ratios": [
-            {
-                "pair": f"{long_b}/{long_a}",
-                **{f"{k}_factor": 1.234 for k in ("improvement", "attempts", "convergence")},
-                **{f"{k}_factor_ci": [0.5, 2.5] for k in ("improvement", "attempts", "convergence")},
-            }
-        ],
-    }
+    result = {"verdict": "B solves more held-out problems than A at equal sampled actions.", **table_result(long_a, long_b)}
     print_result(result)  # capsys: stdout is not a terminal
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == result["verdict"]

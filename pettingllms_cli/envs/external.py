@@ -9,11 +9,8 @@ is never stepped turn by turn, so its roles are whatever the agents call theirs 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +18,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from pettingllms_cli.envs.base import EnvOptions, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pettingllms_cli.envs.imports import NotAnImportPath, import_object
 from pettingllms_cli.envs.messages import Message
 from pettingllms_cli.errors import UserError
 
@@ -38,19 +36,12 @@ class AnyRoles(tuple):
 def load_program(path: str) -> Callable[..., Any]:
     """The function `module:func` names; a path that does not import, or names no function, is a ValueError in one
     line (the spec check turns it into `env.options.program: ...`)."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"{path!r} is not an import path; write it as `package.module:function`")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` does: a program beside the spec imports
-        sys.path.append(os.getcwd())
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # a user's module can fail any way: one line naming it and why
-        raise ValueError(f"module {module_name!r} of {path!r} does not import ({type(e).__name__}: {e})") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"module {module_name!r} has no {attr!r}")
-        obj = getattr(obj, part)
+        obj = import_object(path)
+    except NotAnImportPath:
+        raise ValueError(f"{path!r} is not an import path; write it as `package.module:function`") from None
+    except ValueError as e:
+        raise ValueError(f"{path!r}: {e}") from None
     if not callable(obj):
         raise ValueError(f"{path!r} is not a function")
     try:

@@ -8,12 +8,10 @@ is looked up when first asked for (an entry point, then an import path) and reme
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from importlib.metadata import entry_points
 
 from pettingllms_cli.envs.base import TurnEnv
+from pettingllms_cli.envs.imports import NotAnImportPath, import_object
 
 ENTRY_POINT_GROUP = "pettingllms.envs"
 
@@ -61,20 +59,12 @@ def from_entry_point(name: str) -> type[TurnEnv] | None:
 
 def from_import_path(path: str, known: list[str]) -> type[TurnEnv]:
     """`package.module:Class`, imported from installed packages or the current folder."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise EnvError(f"env.name: unknown env {path!r}; known: {', '.join(known)} (or an import path `module:Class`)")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` does: a module beside the spec imports
-        sys.path.append(os.getcwd())
     try:
-        module = importlib.import_module(module_name)
-    except Exception as e:  # a user's module can fail any way: name the path and the reason in one line
-        raise EnvError(f"env.name {path!r}: module {module_name!r} does not import ({type(e).__name__}: {e})") from None
-    obj = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise EnvError(f"env.name {path!r}: module {module_name!r} has no {attr!r}")
-        obj = getattr(obj, part)
+        obj = import_object(path)
+    except NotAnImportPath:
+        raise EnvError(f"env.name: unknown env {path!r}; known: {', '.join(known)} (or an import path `module:Class`)") from None
+    except ValueError as e:
+        raise EnvError(f"env.name {path!r}: {e}") from None
     return checked_env_class(obj, f"env.name {path!r}")
 
 

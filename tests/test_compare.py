@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pettingllms_cli.analysis.budget import BUDGETS
+from pettingllms_cli.errors import UserError
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +195,16 @@ def test_unknown_budget_is_refused(spec_files, tmp_path, monkeypatch, capsys):
     args = ["compare", *map(str, spec_files), "--budget", "flops", "--out", str(tmp_path / "o")]
     assert run_cli(args, monkeypatch) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--budget 'flops'" in err and "actions" in err
+    assert len(err.splitlines()) == 1 and "'--budget'" in err and "'flops'" in err  # typer checks the `Budget` Literal
+    assert all(f"'{b}'" in err for b in BUDGETS)
+    assert not (tmp_path / "o").exists()
+
+
+def test_unknown_budget_from_python_is_refused(spec_files, tmp_path):
+    from pettingllms_cli.training.compare import compare
+
+    with pytest.raises(UserError, match=r"--budget 'flops': use one of actions, tokens, steps"):
+        compare(spec_files, out=tmp_path / "o", budget="flops")  # type: ignore[arg-type]
     assert not (tmp_path / "o").exists()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal, get_args
 
 from pettingllms_cli.envs import ENVS
 from pettingllms_cli.errors import UserError
@@ -38,7 +39,8 @@ TEAM_KEYS = (
     "reward.balance_verdicts",
 )
 NOT_COMPARED = ("name", "seed", "output_dir", "train.report_to", "train.save_total_limit")  # run folders, seeds, bookkeeping
-BUDGETS = ("actions", "tokens", "steps")
+Budget = Literal["actions", "tokens", "steps"]  # what `--budget` holds equal (the module docstring)
+BUDGETS: tuple[str, ...] = get_args(Budget)
 
 
 def flatten(tree: object, prefix: str = "") -> dict[str, object]:
@@ -92,6 +94,7 @@ STOP_FIELD = {"actions": "train.stop_at_actions", "tokens": "train.stop_at_token
 
 
 def check_budget(budget: str) -> None:
+    """A budget from Python (`api.compare`): the CLI's `--budget` is checked by typer against the same `Budget`."""
     if budget not in BUDGETS:
         raise UserError(f"--budget {budget!r}: use one of {', '.join(BUDGETS)}")
 
@@ -102,7 +105,7 @@ def reference_arm(specs: list[Experiment]) -> int:
     return next(i for i, s in enumerate(specs) if roles_of(s) == most)
 
 
-def budget_overrides(spec: Experiment, budget: str, total: int) -> list[str]:
+def budget_overrides(spec: Experiment, budget: Budget, total: int) -> list[str]:
     """The `--set` overrides that make an arm stop once it has spent `total` (the reference arm's, for this seed).
 
     `train.steps` becomes an upper bound it cannot need: every step samples at least K candidates for each of its
@@ -115,7 +118,7 @@ def budget_overrides(spec: Experiment, budget: str, total: int) -> list[str]:
     return [f"{STOP_FIELD[budget]}={total}", f"train.steps={bound}"]
 
 
-def describe_budget(budget: str, reference: str) -> str:
+def describe_budget(budget: Budget, reference: str) -> str:
     """One sentence on how the arms were levelled (for compare.json and compare.md)."""
     if budget == "steps":
         return "equal steps, problems and group size; nothing levelled, so a team of R roles samples about R times the actions"

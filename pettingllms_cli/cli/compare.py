@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 
 from pettingllms_cli import distributed
+from pettingllms_cli.analysis.budget import Budget
 from pettingllms_cli.cli.common import app, check_ready, console, out_path, say
-from pettingllms_cli.errors import UserError
 from pettingllms_cli.spec.limits import MAX_PROBLEMS, MAX_SEEDS, MAX_STEPS
 
 
@@ -42,7 +42,7 @@ def compare(
     ] = 0.5,
     window: Annotated[int, typer.Option(min=1, help="Held-out points averaged before checking the threshold.")] = 3,
     budget: Annotated[
-        str,
+        Budget,
         typer.Option(
             help="What is held equal: `actions` (actions_total: sampled, play-outs and intents) or `tokens` "
             "(tokens_total). The budget of each seed is what the arm with the most roles (the first on a tie) spends in "
@@ -55,14 +55,11 @@ def compare(
     ] = None,
 ) -> None:
     """Train each spec for N seeds at equal compute, score all on the same held-out problems, write the verdict and tables."""
-    from pettingllms_cli.analysis.budget import BUDGETS
     from pettingllms_cli.spec import load_spec
     from pettingllms_cli.training.compare import compare as run_compare
     from pettingllms_cli.training.tracking import check_trackers
 
     out = out_path(out)
-    if budget not in BUDGETS:
-        raise UserError(f"--budget {budget!r}: use one of {', '.join(BUDGETS)}")
     for path in specs:
         arm = load_spec(path)
         check_ready(arm)

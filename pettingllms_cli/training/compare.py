@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pettingllms_cli.analysis.budget import check_budget, check_equal_arms, describe_budget
+from pettingllms_cli.analysis.budget import Budget, check_budget, check_equal_arms, describe_budget
 from pettingllms_cli.analysis.render import console_table, ratios_table, verdict, write_outputs
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import problems_fingerprint
@@ -69,7 +69,7 @@ def compare(
     threshold: float = 0.5,
     window: int = 3,
     console: Console | None = None,
-    budget: str = "actions",
+    budget: Budget = "actions",
     data: str | None = None,
     again: str | None = None,
 ) -> dict:

@@ -13,7 +13,11 @@ MAX_GROUP_SIZE = 256  # K samples are generated in one batch per group; far past
 
 
 class AlgorithmSpec(Strict):
-    name: Literal["at_grpo"] = Field("at_grpo", description="Training algorithm.")
+    name: Literal["at_grpo"] = Field(
+        "at_grpo",
+        description="The training algorithm (TRL picks it by trainer class): `at_grpo`, GRPO with one group per (problem, "
+        "role, turn), the one there is. The report header names it; any other name is an error listing those there are.",
+    )
     rollout: Literal["tree", "parallel"] = Field(
         "tree",
         description="`tree`: K branches per (problem, role, turn), continue from the best; `parallel`: K independent episodes.",

@@ -18,7 +18,7 @@ from pettingllms_cli.envs.review import DUE, judged
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.checkpoint import STATE_FILE
-from pettingllms_cli.training.loop import assign_advantages, tally_verdicts, train
+from pettingllms_cli.training.loop import compute_advantages, tally_verdicts, train
 from tests.test_showcase_envs import calc, foreign_number, math_env, wrong_op
 
 
@@ -77,10 +77,10 @@ def test_a_constant_verdict_gains_nothing_when_balanced_and_a_right_one_still_do
     for balance, push_to_yes in ((False, "negative"), (True, "zero")):
         spec = _spec(smoke_tree, balance)
         samples = _judge_samples(due)
-        assign_advantages(spec, samples, tally_verdicts(spec, {}, samples))
-        yes = sum(s.advantage for s in samples if s.text == "Yes.")
+        advantages, _ = compute_advantages(spec, samples, tally_verdicts(spec, {}, samples))
+        yes = sum(a for s, a in zip(samples, advantages, strict=True) if s.text == "Yes.")
         assert (yes < -0.5) if push_to_yes == "negative" else abs(yes) < 1e-6, (balance, yes)
-        right = [s.advantage for s in samples if (s.text == "Yes.") == s.verdict_due]
+        right = [a for s, a in zip(samples, advantages, strict=True) if (s.text == "Yes.") == s.verdict_due]
         assert all(a > 0 for a in right)  # the verdict that follows the case is still reinforced in every case
 
 
@@ -92,8 +92,8 @@ def test_cases_add_up_over_steps_and_other_roles_are_untouched(smoke_tree):
     caller = Sample("caller", "tool_caller", 0, "p9", ("p9", "tool_caller", 0), [1], torch.tensor([2]), "x", 1.0, 1.0, 0.0)
     other = Sample("caller", "tool_caller", 0, "p9", ("p9", "tool_caller", 0), [1], torch.tensor([2]), "y", 0.0, 0.0, 0.0)
     plain = [caller, other]
-    assign_advantages(spec, plain, seen)
-    assert [round(s.advantage, 3) for s in plain] == [0.707, -0.707]  # GRPO's own advantages
+    advantages, _ = compute_advantages(spec, plain, seen)
+    assert [round(a, 3) for a in advantages] == [0.707, -0.707]  # GRPO's own advantages
     assert tally_verdicts(_spec(smoke_tree, False), {}, samples) == {}  # off: nothing counted
 
 

@@ -38,7 +38,7 @@ def _lrs(team: Team, optimizers, steps: int) -> list[float]:
     seen = []
     for _ in range(steps):
         seen.append(optimizers["caller"].param_groups[0]["lr"])
-        update(team, optimizers, [])
+        update(team, optimizers, [], [])
     return seen
 
 
@@ -49,7 +49,7 @@ def test_defaults_resolve_to_todays_behaviour(smoke_tree) -> None:
     assert (algo.lr_scheduler_type, algo.warmup_steps, algo.warmup_ratio, algo.clip_eps_high) == ("constant", 0, 0.0, None)
     assert (train.top_p, train.top_k, train.max_prompt_length, train.save_total_limit) == (1.0, 0, None, None)
     team = Team(spec)
-    assert all(st.lr is None for st in update(team, make_optimizers(team), []).values())  # no lr/<agent> column
+    assert all(st.lr is None for st in update(team, make_optimizers(team), [], []).values())  # no lr/<agent> column
     assert _lrs(team, make_optimizers(team), 5) == [algo.lr] * 5  # no schedule: lr at every step
     scores = torch.randn(3, 50)
     assert truncate(scores) is scores  # sampling and log-probs untouched

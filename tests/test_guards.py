@@ -38,14 +38,17 @@ def run(spec, run_dir: Path) -> Path:
         return train(spec, run_dir, console=Console(quiet=True))
 
 
+ADVANTAGES = [1.0, -1.0, 1.0, -1.0]  # of `samples_for`, in order
+
+
 def samples_for(team: Team) -> list[Sample]:
-    """Two completions per agent with opposite advantages: a real gradient for every adapter."""
+    """Two completions per agent, to train with opposite advantages (`ADVANTAGES`): a real gradient for every adapter."""
     out = []
     for agent, role in (("caller", "tool_caller"), ("verifier", "verifier")):
         prompt = team.encode(agent, [{"role": "user", "content": "Tom has 12 apples and buys 7 more."}])
         for k, adv in enumerate((1.0, -1.0)):
             ids = torch.tensor([5 + k, 6, 7])
-            out.append(Sample(agent, role, 0, "p0", ("p0", role, 0), prompt, ids, "", adv, 0.0, adv, advantage=adv))
+            out.append(Sample(agent, role, 0, "p0", ("p0", role, 0), prompt, ids, "", adv, 0.0, adv))
     return out
 
 
@@ -60,7 +63,7 @@ def test_nan_gradient_skips_only_that_agents_update(smoke_spec) -> None:
     caller_before, verifier_before = lora_params(team, "caller"), lora_params(team, "verifier")
 
     optimizers = make_optimizers(team)
-    stats = update(team, optimizers, samples_for(team))
+    stats = update(team, optimizers, samples_for(team), ADVANTAGES)
 
     assert stats["caller"].skipped and not stats["verifier"].skipped
     assert math.isnan(stats["caller"].grad_norm) and math.isfinite(stats["verifier"].grad_norm)
@@ -73,8 +76,8 @@ def test_nan_gradient_skips_only_that_agents_update(smoke_spec) -> None:
 def nan_loss_for(agent: str):
     real = update_mod.batch_loss
 
-    def patched(team, who, batch, st, old_logp=None, sampler=None):
-        loss, logp = real(team, who, batch, st, old_logp, sampler)
+    def patched(team, who, batch, advantages, st, old_logp=None, sampler=None):
+        loss, logp = real(team, who, batch, advantages, st, old_logp, sampler)
         return (loss * math.nan if who == agent else loss), logp
 
     return patched

@@ -134,17 +134,15 @@ def test_a_step_whose_only_group_tied_trains_nothing_and_says_so(smoke_tree):
         Sample("caller", "tool_caller", 0, "p0", group, prompt, torch.tensor(ids), "", 0.5, 0.5, 0.0)
         for ids in ([11, 12, 13], [21, 22])
     ]
-    for sample, adv in zip(samples, group_advantages(torch.tensor([0.5, 0.5]), [group, group]).tolist(), strict=True):
-        sample.advantage = adv  # the group tied: 0 and 0
+    tied = group_advantages(torch.tensor([0.5, 0.5]), [group, group]).tolist()  # the group tied: 0 and 0
     before = {a: [p.detach().clone() for p in params] for a, params in team.params.items()}
-    stats = update(team, make_optimizers(team), samples)
+    stats = update(team, make_optimizers(team), samples, tied)
     spent = compute_metrics(s, Rollout(samples=samples), stats)
     assert spent["trained_tokens"] == 0 and spent["effective_optimizer_steps"] == 0
     assert spent["optimizer_steps"] == 1  # the caller's adapter had samples: it went through the step, moving nothing
     for adapter, params in team.params.items():
         assert all(torch.equal(a, b) for a, b in zip(before[adapter], params, strict=True)), adapter
-    samples[0].advantage, samples[1].advantage = 1.0, -1.0  # the same step with a signal trains 5 tokens and moves it
-    stats = update(team, make_optimizers(team), samples)
+    stats = update(team, make_optimizers(team), samples, [1.0, -1.0])  # the same step with a signal: 5 tokens, moved
     spent = compute_metrics(s, Rollout(samples=samples), stats)
     assert spent["trained_tokens"] == 5 and spent["effective_optimizer_steps"] == 1
     assert not all(torch.equal(a, b) for a, b in zip(before["caller"], team.params["caller"], strict=True))

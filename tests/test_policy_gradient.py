@@ -24,10 +24,12 @@ def _samples(team: Team) -> tuple[torch.Tensor, list[Sample]]:
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 200, (2, 4), generator=generator)  # two completions of 4 tokens, no EOS, no padding
     samples = [
-        Sample("caller", "tool_caller", 0, "p0", ("p0", "tool_caller", 0), prompt, ids[i], "", 0.0, 0.0, 0.0, advantage=adv)
-        for i, adv in enumerate((1.0, -1.0))
+        Sample("caller", "tool_caller", 0, "p0", ("p0", "tool_caller", 0), prompt, ids[i], "", 0.0, 0.0, 0.0) for i in range(2)
     ]
     return torch.tensor(prompt), samples
+
+
+ADVANTAGES = [1.0, -1.0]  # of `_samples`, in order
 
 
 def _logp(team: Team, prompt: torch.Tensor, samples: list[Sample], shared: bool) -> list[float]:
@@ -46,7 +48,7 @@ def test_an_update_raises_positive_and_lowers_negative_advantage_completions(smo
         monkeypatch.setattr(update_module, "group_logprobs", plain)
     before = _logp(team, prompt, samples, shared)
     assert before == pytest.approx(_logp(team, prompt, samples, not shared), abs=1e-4)  # both paths score alike
-    stats = update(team, make_optimizers(team), samples)
+    stats = update(team, make_optimizers(team), samples, ADVANTAGES)
     after = _logp(team, prompt, samples, shared)
     assert after[0] > before[0] + 1e-3  # positive advantage: more likely
     assert after[1] < before[1] - 1e-3  # negative advantage: less likely
@@ -59,9 +61,9 @@ def test_kl_is_zero_at_the_first_step(smoke_spec):
     team = Team(smoke_spec)
     _, samples = _samples(team)
     optimizers = make_optimizers(team)
-    stats = update(team, optimizers, samples)
+    stats = update(team, optimizers, samples, ADVANTAGES)
     assert stats["caller"].kl == 0.0
-    second = update(team, optimizers, samples)  # the first step moved the adapter: now the KL is positive
+    second = update(team, optimizers, samples, ADVANTAGES)  # the first step moved the adapter: now the KL is positive
     assert second["caller"].kl > 0.0
 
 

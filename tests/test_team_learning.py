@@ -161,20 +161,18 @@ def _step(tree: dict, seed: int = 3):
     team = Team(spec)
     torch.manual_seed(seed)
     rollout = tree_rollout(team, spec, _envs(spec), spec.algorithm.group_size, assignment=RoleAssigner(spec).assign(0, 2))
-    adv = group_advantages(torch.tensor([s.reward for s in rollout.samples]), [s.group for s in rollout.samples])
-    for s, a in zip(rollout.samples, adv.tolist(), strict=True):
-        s.advantage = a
-    stats = update(team, make_optimizers(team), rollout.samples)
+    adv = group_advantages(torch.tensor([s.reward for s in rollout.samples]), [s.group for s in rollout.samples]).tolist()
+    stats = update(team, make_optimizers(team), rollout.samples, adv)
     actions = sorted((s.problem_id, s.role, s.agent, s.text) for s in rollout.samples)
-    return actions, sorted(s.reward for s in rollout.samples), {a: st.loss for a, st in stats.items()}, rollout
+    return actions, sorted(s.reward for s in rollout.samples), {a: st.loss for a, st in stats.items()}, rollout, adv
 
 
 def test_shared_and_per_agent_give_identical_step0_losses(smoke_tree):
     small = _spec(smoke_tree, env__max_turns=1, algorithm__group_size=2, algorithm__kl_coef=0.0).model_dump()
-    _, _, per_agent_losses, rollout = _step(small)
+    _, _, per_agent_losses, rollout, adv = _step(small)
     shared = parse_spec({**small, "specialization": "shared"})
     team = Team(shared)
-    shared_losses = {a: st.loss for a, st in update(team, make_optimizers(team), rollout.samples).items()}
+    shared_losses = {a: st.loss for a, st in update(team, make_optimizers(team), rollout.samples, adv).items()}
     assert per_agent_losses.keys() == shared_losses.keys()
     for agent in per_agent_losses:
         assert shared_losses[agent] == pytest.approx(per_agent_losses[agent], abs=1e-6)
@@ -236,7 +234,7 @@ def test_nf4_base_is_smaller_and_trains(smoke_tree):
     pytest.importorskip("bitsandbytes")
     tree = _spec(smoke_tree, env__max_turns=1, algorithm__group_size=2, algorithm__kl_coef=0.0).model_dump()
     tree["models"]["tiny"]["quantization"] = "nf4"
-    _, _, losses, _ = _step(tree)
+    _, _, losses, _, _ = _step(tree)
     team = Team(parse_spec(tree))
     full = Team(parse_spec({**tree, "models": {"tiny": {"source": "tiny-llama"}}}))
     assert team.memory_mb()["model_memory_mb/tiny"] < full.memory_mb()["model_memory_mb/tiny"]

@@ -20,21 +20,21 @@ def _team(smoke_tree: dict, epochs: int) -> Team:
     return Team(parse_spec({**smoke_tree, "algorithm": algorithm}))
 
 
+ADVANTAGES = [1.0, -0.5]  # of `one_prompt_samples`, in order
+
+
 def one_prompt_samples(team: Team) -> list[Sample]:
-    """Two completions of one prompt (4 and 2 tokens) with advantages +1 and -0.5."""
+    """Two completions of one prompt (4 and 2 tokens), to train with advantages +1 and -0.5 (`ADVANTAGES`)."""
     prompt = team.encode("caller", [{"role": "user", "content": "What is 12+7?"}])
     group = ("p0", "tool_caller", 0)
     completions = (torch.tensor([11, 12, 13, 14]), torch.tensor([21, 22]))
-    return [
-        Sample("caller", "tool_caller", 0, "p0", group, prompt, ids, "", 0.0, 0.0, 0.0, advantage=adv)
-        for ids, adv in zip(completions, (1.0, -0.5), strict=True)
-    ]
+    return [Sample("caller", "tool_caller", 0, "p0", group, prompt, ids, "", 0.0, 0.0, 0.0) for ids in completions]
 
 
 def test_one_pass_is_the_on_policy_step(smoke_tree) -> None:
     """At the sampling policy every ratio is 1, so the token-mean loss is -sum(A_k T_k) / sum(T_k), as before update_epochs."""
     team = _team(smoke_tree, 1)
-    stats = update(team, make_optimizers(team), one_prompt_samples(team))
+    stats = update(team, make_optimizers(team), one_prompt_samples(team), ADVANTAGES)
     assert stats["caller"].loss == pytest.approx(-(1.0 * 4 - 0.5 * 2) / 6, abs=1e-6)
     assert stats["caller"].clip_frac == 0.0
 
@@ -42,7 +42,7 @@ def test_one_pass_is_the_on_policy_step(smoke_tree) -> None:
 def test_a_second_pass_is_clipped_against_the_sampling_policy(smoke_tree) -> None:
     team = _team(smoke_tree, 2)
     before = [p.detach().clone() for p in team.params["caller"]]
-    stats = update(team, make_optimizers(team), one_prompt_samples(team))
+    stats = update(team, make_optimizers(team), one_prompt_samples(team), ADVANTAGES)
     assert stats["caller"].clip_frac > 0.0  # logged as clip_frac/caller
     assert stats["caller"].tokens == 6  # the tokens trained on, once however many passes
     assert not stats["caller"].skipped

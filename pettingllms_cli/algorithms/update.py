@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -58,10 +59,13 @@ class AgentStats:
     _sums: dict = field(default_factory=lambda: defaultdict(float))
 
 
-def _by_prompt(samples: list[Sample]) -> dict[tuple, list[Sample]]:
-    batches: dict[tuple, list[Sample]] = defaultdict(list)
-    for s in samples:
-        batches[(s.agent, tuple(s.prompt))].append(s)
+Scored = tuple[Sample, float]  # a sample and its advantage (the loop computes advantages beside the samples)
+
+
+def _by_prompt(scored: list[Scored]) -> dict[tuple, list[Scored]]:
+    batches: dict[tuple, list[Scored]] = defaultdict(list)
+    for s, a in scored:
+        batches[(s.agent, tuple(s.prompt))].append((s, a))
     return batches
 
 
@@ -69,9 +73,12 @@ def update(
     team: Team,
     optimizers: dict[str, torch.optim.Optimizer],
     samples: list[Sample],
+    advantages: Sequence[float],
     sampler_logp: dict[tuple, torch.Tensor] | None = None,
 ) -> dict[str, AgentStats]:
     """`algorithm.update_epochs` passes over the samples, each a backward and an optimizer step per adapter.
+
+    `advantages`: one per sample, in the same order (the loop's `compute_advantages`).
 
     `sampler_logp` (a vLLM sampler's `take_logprobs()`): the sampled tokens' log-probs by `logprob_key`; when given,
     each agent's `logprob_gap` is the mean |sampler - trainer| log-prob over the completion tokens the first pass
@@ -83,9 +90,9 @@ def update(
     the later passes, where the clip binds. Returns stats per agent, averaged over the passes.
     """
     stats = {agent: AgentStats() for agent in team.spec.agents}
-    by_adapter: dict[str, list[Sample]] = defaultdict(list)
-    for s in samples:
-        by_adapter[team.spec.adapter_of(s.agent)].append(s)
+    by_adapter: dict[str, list[Scored]] = defaultdict(list)
+    for s, a in zip(samples, advantages, strict=True):
+        by_adapter[team.spec.adapter_of(s.agent)].append((s, a))
     passes = team.spec.algorithm.update_epochs
     sampled: dict[tuple, torch.Tensor] | None = {} if passes > 1 else None  # (agent, prompt) -> old log-probs [K, Lc]
     for epoch in range(passes):
@@ -116,7 +123,7 @@ def _update_adapter(
     team: Team,
     optimizer: torch.optim.Optimizer,
     adapter: str,
-    own: list[Sample],
+    own: list[Scored],
     stats: dict[str, AgentStats],
     sampled: dict[tuple, torch.Tensor] | None,
     first: bool,
@@ -125,21 +132,23 @@ def _update_adapter(
     """Accumulate the adapter's gradient group by group, then clip and step unless it is non-finite."""
     algo = team.spec.algorithm
     agents = sorted(a for a in team.spec.agents if team.spec.adapter_of(a) == adapter)
-    counts = [len(own), sum(len(s.completion) for s in own), *(any(s.agent == a for s in own) for a in agents)]
+    counts = [len(own), sum(len(s.completion) for s, _ in own), *(any(s.agent == a for s, _ in own) for a in agents)]
     n_samples, total_tokens, *present = (int(x) for x in distributed.all_reduce_sum(counts))  # over all ranks
     if n_samples == 0:
         return  # no rank has samples for this adapter
     optimizer.zero_grad(set_to_none=True)
     finite = True
-    for key, batch in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0].group):
+    for key, scored in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0][0].group):
         st = stats[key[0]]
+        batch, advantages = [s for s, _ in scored], [a for _, a in scored]
         if first:  # counted once however many passes
             st.tokens += sum(len(s.completion) for s in batch)
-            st.trained_tokens += sum(len(s.completion) for s in batch if algo.kl_coef > 0 or s.advantage != 0)
-        if algo.kl_coef == 0 and all(s.advantage == 0 for s in batch):
+            st.trained_tokens += sum(len(s.completion) for s, a in scored if algo.kl_coef > 0 or a != 0)
+        if algo.kl_coef == 0 and all(a == 0 for a in advantages):
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
         theirs = None if sampler_logp is None else sampler_rows(adapter, batch, sampler_logp)  # (log-probs, recorded)
-        loss, logp = batch_loss(team, key[0], batch, st, None if sampled is None else sampled.get(key), theirs)
+        old = None if sampled is None else sampled.get(key)
+        loss, logp = batch_loss(team, key[0], batch, advantages, st, old, theirs)
         if first and theirs is not None:
             _add_gap(st, logp, *theirs)
         if sampled is not None and key not in sampled:
@@ -192,11 +201,13 @@ def batch_loss(
     team: Team,
     agent: str,
     batch: list[Sample],
+    advantages: Sequence[float],
     st: AgentStats,
     old_logp: torch.Tensor | None = None,
     sampler: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-summed PPO-clip (+ KL) loss of one prompt's K completions, and their log-probs (detached); adds to `st`.
+    """Token-summed PPO-clip (+ KL) loss of one prompt's K completions with their K `advantages`, and their log-probs
+    (detached); adds to `st`.
 
     `old_logp` [K, Lc]: the sampling policy's log-probs; None means this pass runs at the sampling
     policy (the first pass), so the ratio is 1 and the loss is the plain policy gradient.
@@ -211,12 +222,11 @@ def batch_loss(
     tokenizer = team.tokenizer_of(agent)
     prompt = torch.tensor(batch[0].prompt)  # [Lp]
     ids, mask = pad([s.completion for s in batch], tokenizer.pad_token_id)  # [K, Lc]
-    advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32)  # [K]
-    mask, advantages = mask.to(model.device), advantages.to(model.device)
+    mask, adv = mask.to(model.device), torch.tensor(advantages, dtype=torch.float32, device=model.device)  # [K]
     logp, entropy = group_logprobs(model, prompt, ids, t.temperature, shared_prompt=True, **cut)
     first = old_logp is None
     old_logp = logp.detach() if first else old_logp
-    per_token, clipped = ppo_clip_loss(logp, old_logp, advantages, algo.clip_eps, algo.clip_eps_high)
+    per_token, clipped = ppo_clip_loss(logp, old_logp, adv, algo.clip_eps, algo.clip_eps_high)
     if algo.tis_cap is not None and sampler is not None:  # weights from the first pass's log-probs, alike every pass
         weights = recorded_is_weights(old_logp, *(t.to(model.device) for t in sampler), algo.tis_cap)  # [K, Lc]
         per_token = per_token * weights

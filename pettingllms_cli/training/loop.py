@@ -146,9 +146,10 @@ def train_locked(
                 rollout = collect(sampler, spec, distributed.shard(problems), distributed.shard(assignment))  # this rank's share
                 trainable = rollout.samples + rollout.intents  # actions, and intents under `parallel` + intent protocol
                 verdicts = tally_verdicts(spec, state.verdicts, trainable)  # reward.balance_verdicts: judges' cases so far
-                dropped = assign_advantages(spec, trainable, verdicts)  # advantage per group
+                advantages, dropped = compute_advantages(spec, trainable, verdicts)  # advantage per sample, beside it
+                kept = [i for i, s in enumerate(trainable) if s.group not in dropped]  # algorithm.filter_zero_std
                 sampler_logp = sampler.take_logprobs()  # the sampled tokens' log-probs; None when the trainer sampled
-                stats = update(team, optimizers, [s for s in trainable if s.group not in dropped], sampler_logp)  # loss + step
+                stats = update(team, optimizers, [trainable[i] for i in kept], [advantages[i] for i in kept], sampler_logp)
                 sampler.push_adapters()  # vLLM samples the next step with the updated adapters
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
@@ -309,9 +310,11 @@ def tally_verdicts(spec: Experiment, seen: dict[str, list[int]], samples: list[S
     return tally
 
 
-def assign_advantages(spec: Experiment, samples: list[Sample], verdicts: dict[str, list[int]] | None = None) -> set:
-    """Set each sample's group-normalised advantage (judges' weighted by `verdicts` under `reward.balance_verdicts`);
-    return the groups filtered out (zero std)."""
+def compute_advantages(
+    spec: Experiment, samples: list[Sample], verdicts: dict[str, list[int]] | None = None
+) -> tuple[list[float], set]:
+    """Each sample's group-normalised advantage, in the samples' order (judges' weighted by `verdicts` under
+    `reward.balance_verdicts`), and the groups filtered out (zero std, `algorithm.filter_zero_std`)."""
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     groups = [s.group for s in samples]
     scale, spread = spec.algorithm.scale_rewards, None
@@ -320,9 +323,8 @@ def assign_advantages(spec: Experiment, samples: list[Sample], verdicts: dict[st
     advantages = group_advantages(rewards, groups, scale=scale, batch_std=spread)
     if verdicts:
         advantages = advantages * verdict_weights([s.agent for s in samples], [s.verdict_due for s in samples], verdicts)
-    for s, a in zip(samples, advantages.tolist(), strict=True):
-        s.advantage = a
-    return zero_std_groups(rewards, groups) if spec.algorithm.filter_zero_std else set()
+    dropped = zero_std_groups(rewards, groups) if spec.algorithm.filter_zero_std else set()
+    return advantages.tolist(), dropped
 
 
 def advance(state: RunState, stats: dict[str, AgentStats], verdicts: dict[str, list[int]] | None = None) -> RunState:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
+
+from pettingllms_cli.analysis.rollout_settings import rollout_settings
+from pettingllms_cli.rollout import episodes
+from pettingllms_cli.rollout import on_policy as rollout_module
+from pettingllms_cli.rollout.collect import rollout
 
 Script = dict[str, list[str | Callable[[list[dict]], str]]]
 
@@ -32,3 +38,20 @@ class ScriptedTeam:
         messages = self.prompts[prompt]
         entry = self.script[self.role_of(messages)][j]
         return entry(messages) if callable(entry) else entry
+
+
+# The rollouts as tests call them, from a spec: each builds the rollout's settings as training does.
+def tree_rollout(sampler, spec, envs, k, greedy=False, assignment=None):
+    return rollout(sampler, replace(rollout_settings(spec), kind="tree"), envs, k, greedy, assignment)
+
+
+def parallel_rollout(sampler, spec, envs, k, assignment=None):
+    return rollout(sampler, replace(rollout_settings(spec), kind="parallel"), envs, k, False, assignment)
+
+
+def on_policy_episodes(sampler, spec, envs, tree, greedy=False):
+    return rollout_module.on_policy_episodes(sampler, rollout_settings(spec), envs, tree, greedy)
+
+
+def make_envs(spec, problems):
+    return episodes.make_envs(rollout_settings(spec), problems)

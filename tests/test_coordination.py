@@ -21,9 +21,9 @@ from pettingllms_cli.errors import UserError
 from pettingllms_cli.rollout import coordination
 from pettingllms_cli.rollout.coordination import Play
 from pettingllms_cli.rollout.episodes import record
-from pettingllms_cli.rollout.tree import parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from tests.conftest import EXPERIMENTS, FAST, run_cli
+from tests.scripted import parallel_rollout, tree_rollout
 
 PROBLEM = Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"})
 INTENTS = {"tool_caller": "compute 12+7</intent>", "verifier": "answer 19</intent>"}

@@ -9,9 +9,8 @@ import pytest
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.function_call import CALLER_SYSTEM, FunctionCallEnv
 from pettingllms_cli.errors import UserError
-from pettingllms_cli.rollout.tree import parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
-from tests.scripted import ScriptedTeam
+from tests.scripted import ScriptedTeam, parallel_rollout, tree_rollout
 
 FUNCTIONS = [
     {"name": "circle_area", "parameters": {"properties": {"radius": {"type": "integer"}}, "required": ["radius"]}},

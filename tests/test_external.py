@@ -22,10 +22,9 @@ import yaml
 from pettingllms_cli.envs import ENVS
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.rollout.episodes import make_envs
-from pettingllms_cli.rollout.tree import parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.checkpoint import load_adapters
+from tests.scripted import make_envs, parallel_rollout, tree_rollout
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = "tests.test_external"

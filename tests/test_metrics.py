@@ -16,9 +16,9 @@ from pettingllms_cli.algorithms.update import AgentStats
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.rollout.records import Rollout
-from pettingllms_cli.rollout.tree import on_policy_episodes, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.metrics import compute_metrics, step_metrics
+from tests.scripted import on_policy_episodes, tree_rollout
 
 PROBLEM = Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"})
 WRONG, RIGHT, BROKEN = '1+1"}}</tool_call>', '12+7"}}</tool_call>', "oops"

@@ -17,10 +17,10 @@ from pettingllms_cli.models.tiny import tiny_model
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.rollout.roles import RoleAssigner, rotation
-from pettingllms_cli.rollout.tree import parallel_rollout, tree_rollout
 from pettingllms_cli.spec import parse_spec
 from tests.conftest import run_cli
 from tests.scripted import ScriptedTeam as Scripted
+from tests.scripted import parallel_rollout, tree_rollout
 
 PROBLEMS = [
     Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"}),

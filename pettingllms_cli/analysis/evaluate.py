@@ -13,14 +13,15 @@ from contextlib import nullcontext
 import torch
 
 from pettingllms_cli import distributed
+from pettingllms_cli.analysis.rollout_settings import evaluation_settings
 from pettingllms_cli.analysis.stats import wilson_interval
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import logprob_key, pad
+from pettingllms_cli.rollout.collect import rollout
 from pettingllms_cli.rollout.episodes import Episode, episode_metrics, make_envs
 from pettingllms_cli.rollout.records import Sample
-from pettingllms_cli.rollout.tree import tree_rollout
 from pettingllms_cli.spec import Experiment
 
 
@@ -129,8 +130,7 @@ def evaluate(
     outcomes and a few transcripts. `assignment` (role -> agent) defaults to the spec's own roles;
     training passes the best its role assignment found (rollout/roles.py).
     """
-    if temperature is not None:
-        spec = spec.model_copy(update={"train": spec.train.model_copy(update={"temperature": temperature})})
+    settings = evaluation_settings(spec, temperature)
     start = time.perf_counter()
     episodes: list[Episode] = []
     samples: list[Sample] = []
@@ -141,11 +141,11 @@ def evaluate(
     with torch.random.fork_rng(), recording as recorded:  # eval must not move the training RNG
         for i in range(0, len(mine), batch_size):
             torch.manual_seed(seed)  # per batch: with per-problem draws, a problem's episode ignores its batch
-            envs = make_envs(spec, mine[i : i + batch_size])
-            rollout = tree_rollout(team, spec, envs, k=1, greedy=temperature is None, assignment=[assignment] * len(envs))
-            episodes += rollout.episodes
-            samples += rollout.samples
-            tokens += rollout.tokens
+            envs = make_envs(settings, mine[i : i + batch_size])
+            played = rollout(team, settings, envs, k=1, greedy=temperature is None, assignment=[assignment] * len(envs))
+            episodes += played.episodes
+            samples += played.samples
+            tokens += played.tokens
     episodes, samples = distributed.gather(episodes), distributed.gather(samples)
     recorded = {key: value for part in distributed.gather([recorded]) for key, value in part.items()}
     tokens = int(distributed.all_reduce_sum([tokens])[0])

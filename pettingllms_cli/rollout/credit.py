@@ -4,7 +4,7 @@ R_team of an action is the team outcome the action leads to. For a role the env 
 `deferred_roles` (`reward.team_signal: deferred`, the default), or for every role but the turn's
 last (`turn_end`), that is the team reward at the end of the action's turn: under `tree`
 rollouts each of the K candidates' branches is played on, on a copy, to the end of the turn with
-one sample per later role (rollout.py, `play_out`), batched over every candidate of every problem
+one sample per later role (playout.py), batched over every candidate of every problem
 in one generate per later role. The play-outs of one problem share their seeds (common random
 numbers), so two candidates' outcomes differ only through what each candidate changed. A planner
 or a tester, whose action cannot move the team reward until a later role acts, so gets a team
@@ -24,8 +24,8 @@ R-1-i for the no-op's play-out under `difference`. `turn_end`: K*R(R-1)/2 (+ R(R
 `deferred` on the built-in envs, whose only deferred roles are the first of two
 (`function_call_v0` planner, `code_v0` tester): K more (3K instead of 2K, x1.5, + 1 under
 `difference`) there, nothing for envs without deferred roles. One role, or K = 1 (evaluation):
-nothing. Those actions count in `tokens_generated` (and `Rollout.lookahead_tokens`,
-`Rollout.lookahead_actions`) and are not trained: one sample per
+nothing. Those actions count in `tokens_generated` (and `Rollout.playout_tokens`,
+`Rollout.playout_actions`) and are not trained: one sample per
 candidate is not a group. Envs that score by running code (code_v0) also run the sandbox once per
 play-out.
 
@@ -41,17 +41,17 @@ chosen candidate has a later outcome, so it cannot tell the K candidates of a gr
 from __future__ import annotations
 
 from pettingllms_cli.envs.base import TurnEnv
-from pettingllms_cli.spec import Experiment
+from pettingllms_cli.rollout.settings import RewardSettings
 
 NOOP = ""  # the default action: every env scores it as a valid but useless action
 
 
-def plays_on(spec: Experiment, k: int, role: str, env: TurnEnv) -> bool:
+def plays_on(reward: RewardSettings, k: int, role: str, env: TurnEnv) -> bool:
     """Whether `role`'s candidates get their team term by playing their branch on to the end of the turn.
 
     A single candidate (k = 1: evaluation) has nothing to compare with, so it is not played on.
     """
-    signal = spec.reward.team_signal
+    signal = reward.team_signal
     return k > 1 and (signal == "turn_end" or (signal == "deferred" and role in type(env).deferred_roles))
 
 
@@ -66,6 +66,6 @@ def local_term(env_local: float, team: float, noop_team: float | None) -> float:
     return env_local if noop_team is None else team - noop_team
 
 
-def combine(spec: Experiment, team_reward: float, local_reward: float) -> float:
+def combine(reward: RewardSettings, team_reward: float, local_reward: float) -> float:
     """r = team_weight * R_team + local_weight * r_local."""
-    return spec.reward.team_weight * team_reward + spec.reward.local_weight * local_reward
+    return reward.team_weight * team_reward + reward.local_weight * local_reward

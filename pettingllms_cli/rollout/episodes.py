@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from pettingllms_cli.envs import ENVS, Problem, TurnEnv
 from pettingllms_cli.rollout.coordination import Play
-from pettingllms_cli.spec import Experiment
+from pettingllms_cli.rollout.settings import RolloutSettings
 
 
 @dataclass
@@ -45,9 +45,9 @@ def record(play: Play) -> Episode:
     )
 
 
-def make_envs(spec: Experiment, problems: list[Problem]) -> list[TurnEnv]:
-    env_cls = ENVS[spec.env.name]
-    return [env_cls(p, spec.env.layout, spec.env.max_turns, spec.env.options) for p in problems]
+def make_envs(settings: RolloutSettings, problems: list[Problem]) -> list[TurnEnv]:
+    env_cls = ENVS[settings.env]
+    return [env_cls(p, settings.layout, settings.max_turns, settings.env_options) for p in problems]
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float | None]:

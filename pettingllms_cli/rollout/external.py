@@ -41,7 +41,7 @@ from pettingllms_cli.rollout.episodes import Episode
 from pettingllms_cli.rollout.gateway import ServerThread, make_app
 from pettingllms_cli.rollout.records import Rollout, Sample
 from pettingllms_cli.rollout.roles import Assignment
-from pettingllms_cli.spec import Experiment
+from pettingllms_cli.rollout.settings import RolloutSettings
 
 
 @dataclass
@@ -71,8 +71,8 @@ class Run:
 class Book:
     """The running episodes the gateway serves (gateway.EpisodeBook), and how their calls are sampled."""
 
-    def __init__(self, spec: Experiment, base: int, greedy: bool):
-        self.spec, self.base, self.greedy = spec, base, greedy
+    def __init__(self, settings: RolloutSettings, base: int, greedy: bool):
+        self.settings, self.base, self.greedy = settings, base, greedy
         self.runs: dict[str, Run] = {}
         self.lock = threading.Lock()
 
@@ -97,10 +97,10 @@ class Book:
                 raise ApiError(400, "n: must be 1 while training: the K episodes of a problem are its samples", "n")
             index = run.counts.get(agent, 0)
             run.counts[agent] = index + 1
-        train = self.spec.train
-        asked = request.max_completion_tokens or request.max_tokens or train.max_new_tokens
+        most = self.settings.max_new_tokens
+        asked = request.max_completion_tokens or request.max_tokens or most
         seed = row_seed(self.base, run.problem.id, agent, index, run.slot)
-        return index, Settings(train.temperature, min(asked, train.max_new_tokens), 1, seed, self.greedy)
+        return index, Settings(self.settings.temperature, min(asked, most), 1, seed, self.greedy)
 
     def record(self, episode: str, index: int, completion: Completion) -> None:
         [choice] = completion.choices
@@ -113,19 +113,16 @@ class Book:
 
 def external_rollout(
     sampler: Sampler,
-    spec: Experiment,
+    settings: RolloutSettings,
     envs: list[TurnEnv],
     k: int,
-    greedy: bool = False,
-    assignment: list[Assignment] | None = None,
+    greedy: bool,
+    assignment: list[Assignment],
 ) -> Rollout:
     """K episodes of the program per env's problem; their calls as samples, grouped by (problem, agent, call index)."""
-    if not envs:
-        return Rollout(assignment=[])
-    options = ExternalOptions.model_validate(spec.env.options)
+    options = ExternalOptions.model_validate(settings.env_options)
     program = load_program(options.program)
-    per_problem = assignment or [spec.role_owner() for _ in envs]
-    book = Book(spec, base_seed(), greedy)
+    book = Book(settings, base_seed(), greedy)
     team = getattr(sampler, "team", sampler)  # the trainer's Team (tokenizers, log-probs) behind any sampler
     runs = [(book.open(env.problem, slot), env.problem) for env in envs for slot in range(k)]
     with ServerThread(make_app(Completer(team, sampler), book)) as server:
@@ -137,13 +134,13 @@ def external_rollout(
             f"env.options.program {options.program}: every episode failed; the first, on problem "
             f"{failed[0].problem.id!r}: {failed[0].error}"
         )
-    rollout = Rollout(assignment=[a for a in per_problem for _ in range(k)])
-    for run in played:
-        samples, episode = credit(spec, options, run)
-        rollout.samples += samples
-        rollout.episodes.append(episode)
-        rollout.tokens += sum(len(call.completion) for call in run.calls)
-    return rollout
+    credited = [credit(settings, options, run) for run in played]
+    return Rollout(
+        samples=[s for samples, _ in credited for s in samples],
+        episodes=[episode for _, episode in credited],
+        tokens=sum(len(call.completion) for run in played for call in run.calls),
+        assignment=[a for a in assignment for _ in range(k)],
+    )
 
 
 def play_all(program: Any, book: Book, runs: list[tuple[str, Problem]], url: str, options: ExternalOptions) -> None:
@@ -221,7 +218,7 @@ def finite(value: Any, what: str) -> float:
     return float(value)
 
 
-def credit(spec: Experiment, options: ExternalOptions, run: Run) -> tuple[list[Sample], Episode]:
+def credit(settings: RolloutSettings, options: ExternalOptions, run: Run) -> tuple[list[Sample], Episode]:
     """The episode's calls as samples, and its record."""
     team, success, local = options.failure_reward, False, {}
     if run.error is None:
@@ -232,13 +229,14 @@ def credit(spec: Experiment, options: ExternalOptions, run: Run) -> tuple[list[S
             print(f"external episode failed (problem {run.problem.id!r}): {run.error}", file=sys.stderr, flush=True)
     problem, samples, transcript = run.problem, [], []
     for call in sorted(run.calls, key=lambda c: (c.agent, c.index)):
-        role = spec.agents[call.agent].roles[0]
+        role = settings.agent_roles[call.agent][0]
         r_local = local.get(call.id, 0.0)
-        reward = combine(spec, team, r_local)
+        reward = combine(settings.reward, team, r_local)
         group = (problem.id, call.agent, call.index)
         samples.append(
-            Sample(call.agent, role, call.index, problem.id, group, call.prompt, call.completion, call.text, reward, team,
-                   r_local, env_local_reward=r_local, messages=call.messages, team_success=success)
+            Sample(agent=call.agent, role=role, turn=call.index, problem_id=problem.id, group=group, prompt=call.prompt,
+                   completion=call.completion, text=call.text, reward=reward, team_reward=team, local_reward=r_local,
+                   env_local_reward=r_local, messages=call.messages, team_success=success)
         )  # fmt: skip
     for call in run.calls:  # in the order the program made them
         transcript.append({"turn": call.index, "role": call.agent, "text": call.text, "call": call.id})

@@ -8,6 +8,7 @@ import datetime
 import json
 from pathlib import Path
 
+from pettingllms_cli.analysis.rollout_settings import rollout_settings
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.messages import OBSERVATION_CHARS, Message, continues, prefill
 from pettingllms_cli.rollout.episodes import make_envs
@@ -64,7 +65,7 @@ def role_prompt(messages: list[Message], question: str) -> dict:
 def prompt_record(spec: Experiment, agent: str, roles: list[str], problem: Problem, tokenizer, context: int | None) -> dict:
     """`prompt.json`: enough to rebuild the exact prompt of each of the agent's roles and decode as pettingllms does."""
     model = spec.models[spec.agents[agent].model]
-    env = make_envs(spec, [problem])[0]
+    env = make_envs(rollout_settings(spec), [problem])[0]
     max_new = spec.train.max_new_tokens
     return {
         "format": "pettingllms-prompt/1",

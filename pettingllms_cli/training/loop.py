@@ -39,6 +39,7 @@ from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import AgentStats, update
 from pettingllms_cli.analysis.evaluate import evaluate
 from pettingllms_cli.analysis.report import read_metrics, write_report
+from pettingllms_cli.analysis.rollout_settings import rollout_settings
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import load_split, problems_fingerprint
 from pettingllms_cli.errors import UserError
@@ -46,10 +47,9 @@ from pettingllms_cli.jsonio import append_jsonl, clean_metrics, read_json, write
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.vllm_sampler import VllmSampler
-from pettingllms_cli.rollout.episodes import make_envs
+from pettingllms_cli.rollout.collect import collect
 from pettingllms_cli.rollout.records import Rollout, Sample
 from pettingllms_cli.rollout.roles import RoleAssigner
-from pettingllms_cli.rollout.tree import on_policy_episodes, parallel_rollout, tree_rollout
 from pettingllms_cli.spec import Experiment
 from pettingllms_cli.training.checkpoint import (
     STATE_FILE,
@@ -119,6 +119,7 @@ def train_locked(
         sampler = make_sampler(team, spec, closing)  # where rollouts sample
         optimizers = make_optimizers(team)  # one AdamW per adapter
         roles = RoleAssigner(spec)  # who plays which role in each episode
+        settings = rollout_settings(spec)  # what the rollout reads of the spec
         distributed.on_main(check_disk_space, team, optimizers, run_dir)
         train_problems, eval_problems = problems  # (training pool, held-out), loaded before the run directory
         has_before = distributed.on_main(lambda: read_json(run_dir / "eval_before.json") is not None)  # damaged: redo
@@ -143,7 +144,7 @@ def train_locked(
                 torch.manual_seed(step_seed(spec.seed, step))  # sampling depends on (seed, step) only
                 problems = problems_for_step(train_problems, spec, step)
                 assignment = roles.assign(step, len(problems))  # role -> agent of each episode, alike on every rank
-                rollout = collect(sampler, spec, distributed.shard(problems), distributed.shard(assignment))  # this rank's share
+                rollout = collect(sampler, settings, distributed.shard(problems), distributed.shard(assignment))  # rank's share
                 trainable = rollout.samples + rollout.intents  # actions, and intents under `parallel` + intent protocol
                 verdicts = tally_verdicts(spec, state.verdicts, trainable)  # reward.balance_verdicts: judges' cases so far
                 advantages, dropped = compute_advantages(spec, trainable, verdicts)  # advantage per sample, beside it
@@ -260,23 +261,6 @@ def epoch_order(size: int, n: int, seed: int, epoch: int) -> list[int]:
 
 
 # --- one step -------------------------------------------------------------------------------
-def collect(team: Sampler, spec: Experiment, problems: list[Problem], assignment: list[dict[str, str]] | None = None) -> Rollout:
-    envs = make_envs(spec, problems)
-    started = time.perf_counter()
-    if spec.algorithm.rollout == "tree":
-        rollout = tree_rollout(team, spec, envs, spec.algorithm.group_size, assignment=assignment)
-    else:
-        rollout = parallel_rollout(team, spec, envs, spec.algorithm.group_size, assignment=assignment)
-    rollout.seconds = time.perf_counter() - started
-    if spec.algorithm.rollout == "tree":  # the tree's episodes are best-of-K: measure the policy on its own path
-        measuring = time.perf_counter()
-        rollout.on_policy, rollout.on_policy_tokens = on_policy_episodes(team, spec, envs, rollout)
-        rollout.on_policy_seconds = time.perf_counter() - measuring  # timed apart from training
-    else:  # every parallel episode is already the policy's own
-        rollout.on_policy = rollout.episodes
-    return rollout
-
-
 def gather_rollout(rollout: Rollout) -> Rollout:
     """Every rank's samples and episodes in rank order, so metrics cover the whole step (one process: as is)."""
     if distributed.world_size() == 1:

@@ -1,6 +1,6 @@
 """`pettingllms play`: one episode of a trained team on one problem, with the env's real tools.
 
-The episode is the rollout evaluation plays (rollout/tree.py `tree_rollout`, k=1: greedy, or sampled at a
+The episode is the rollout evaluation plays (rollout/collect.py `rollout`, k=1: greedy, or sampled at a
 temperature from a seed), so `play` shows exactly what `eval` scores; the record adds each action's prompt,
 prefill and token ids, which an exported agent (training/export.py) reproduces outside pettingllms.
 """
@@ -12,13 +12,14 @@ from pathlib import Path
 
 import torch
 
+from pettingllms_cli.analysis.rollout_settings import evaluation_settings
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.messages import generated_part, prefill
 from pettingllms_cli.envs.review import DUE
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.rollout.collect import rollout
 from pettingllms_cli.rollout.episodes import make_envs
 from pettingllms_cli.rollout.records import Sample
-from pettingllms_cli.rollout.tree import tree_rollout
 from pettingllms_cli.training.play_problem import problem_of
 from pettingllms_cli.training.trained import trained
 
@@ -45,13 +46,12 @@ def play(
     problem = problem_of(spec, question, data, index, None if functions is None else str(functions))  # before any weight loads
     known = question is None  # a data problem has a reference answer; free text has none
     seed = spec.seed if seed is None else seed
-    if temperature is not None:
-        spec = spec.model_copy(update={"train": spec.train.model_copy(update={"temperature": temperature})})
+    settings = evaluation_settings(spec, temperature)
     team, assignment = found.team(), found.assignment()
     with torch.random.fork_rng():
         torch.manual_seed(seed)  # as evaluate seeds each batch
-        rollout = tree_rollout(team, spec, make_envs(spec, [problem]), k=1, greedy=temperature is None, assignment=[assignment])
-    episode = rollout.episodes[0]
+        played = rollout(team, settings, make_envs(settings, [problem]), k=1, greedy=temperature is None, assignment=[assignment])
+    episode = played.episodes[0]
     steps = [entry for entry in episode.transcript if "role" in entry and "text" in entry]
     return {
         "run": str(found.run_dir or found.checkpoint),
@@ -63,7 +63,7 @@ def play(
         "seed": seed,
         "assignment": assignment,
         "problem": _problem(problem, known),
-        "actions": _actions(rollout.samples, steps, known),
+        "actions": _actions(played.samples, steps, known),
         "outcome": _outcome(episode, known),
     }
 

@@ -10,13 +10,14 @@ import torch
 from pettingllms_cli.algorithms.grpo import group_advantages
 from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import update
+from pettingllms_cli.analysis.rollout_settings import role_assigner
 from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.models.tiny import tiny_model
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.records import Sample
-from pettingllms_cli.rollout.roles import RoleAssigner, rotation
+from pettingllms_cli.rollout.roles import rotation
 from pettingllms_cli.spec import parse_spec
 from tests.conftest import run_cli
 from tests.scripted import ScriptedTeam as Scripted
@@ -116,7 +117,7 @@ def test_rotate_gives_each_agent_each_role_over_len_roles_episodes():
 
 def test_rotate_in_rollouts_switches_who_acts(smoke_tree):
     spec = _spec(smoke_tree, assignment={"mode": "rotate"}, env__max_turns=1, algorithm__group_size=2)
-    assignment = RoleAssigner(spec).assign(0, 2)
+    assignment = role_assigner(spec).assign(0, 2)
     assert assignment == [{"tool_caller": "caller", "verifier": "verifier"}, {"tool_caller": "verifier", "verifier": "caller"}]
     samples = tree_rollout(ScriptedTeam(CALLS), spec, _envs(spec), k=2, assignment=assignment).samples
     played = {(s.problem_id, s.role, s.agent) for s in samples}
@@ -126,14 +127,14 @@ def test_rotate_in_rollouts_switches_who_acts(smoke_tree):
 
 def test_adaptive_tries_everyone_then_prefers_the_successful_agent(smoke_tree):
     spec = _spec(smoke_tree, assignment={"mode": "adaptive", "ucb_c": 0.1})
-    roles = RoleAssigner(spec)
+    roles = role_assigner(spec)
     first = roles.assign(0, 2)
     assert {a["tool_caller"] for a in first} == {"caller", "verifier"}  # untried agents go first
     for _ in range(10):
         batch = [{"tool_caller": "caller", "verifier": "verifier"}, {"tool_caller": "verifier", "verifier": "caller"}]
         roles.record(batch, [1.0, 0.0])
     assert all(a == {"tool_caller": "caller", "verifier": "verifier"} for a in roles.assign(1, 3))
-    restored = RoleAssigner(spec)
+    restored = role_assigner(spec)
     restored.load_state_dict(roles.state_dict())
     assert restored.assign(2, 3) == roles.assign(2, 3)
 
@@ -160,7 +161,7 @@ def _step(tree: dict, seed: int = 3):
     spec = parse_spec(tree)
     team = Team(spec)
     torch.manual_seed(seed)
-    rollout = tree_rollout(team, spec, _envs(spec), spec.algorithm.group_size, assignment=RoleAssigner(spec).assign(0, 2))
+    rollout = tree_rollout(team, spec, _envs(spec), spec.algorithm.group_size, assignment=role_assigner(spec).assign(0, 2))
     adv = group_advantages(torch.tensor([s.reward for s in rollout.samples]), [s.group for s in rollout.samples]).tolist()
     stats = update(team, make_optimizers(team), rollout.samples, adv)
     actions = sorted((s.problem_id, s.role, s.agent, s.text) for s in rollout.samples)
@@ -356,12 +357,12 @@ def test_nf4_has_one_check_for_nothing_to_quantize():
 def test_eval_plays_the_best_assignment_found(smoke_tree):
     """`best()`: static owners until a role has history; then the agent with the best recent success, no exploration."""
     spec = _spec(smoke_tree, assignment={"mode": "rotate"})
-    roles = RoleAssigner(spec)
+    roles = role_assigner(spec)
     assert roles.best() == spec.role_owner()  # nothing played yet
     swapped = {"tool_caller": "verifier", "verifier": "caller"}
     roles.record([swapped, spec.role_owner()], [1.0, 0.0])
     assert roles.best() == swapped
-    static = RoleAssigner(_spec(smoke_tree))
+    static = role_assigner(_spec(smoke_tree))
     static.record([swapped], [1.0])
     assert static.best() == spec.role_owner()  # static runs always evaluate their own roles
 
@@ -370,7 +371,7 @@ def test_ucb_counts_the_same_window_as_its_means(smoke_tree):
     """a: 10 episodes, the last 2 all successes; b: 2 episodes, one success. Over the window both have n = 2,
     so a's better mean wins; counting a's 10 all-time episodes would shrink its bonus and pick b."""
     spec = _spec(smoke_tree, assignment={"mode": "adaptive", "ucb_c": 1.0, "window": 2})
-    roles = RoleAssigner(spec)
+    roles = role_assigner(spec)
     a_plays = {"tool_caller": "caller", "verifier": "verifier"}
     b_plays = {"tool_caller": "verifier", "verifier": "caller"}
     roles.record([a_plays] * 8, [0.0] * 8)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pettingllms_cli.rollout.settings import CoordinationSettings, RewardSettings, RolloutSettings
+from pettingllms_cli.envs import ENVS
+from pettingllms_cli.rollout.roles import RoleAssigner
+from pettingllms_cli.rollout.settings import AssignmentSettings, CoordinationSettings, RewardSettings, RolloutSettings
 from pettingllms_cli.spec import Experiment
 
 
@@ -43,3 +45,17 @@ def evaluation_settings(spec: Experiment, temperature: float | None) -> RolloutS
     """What evaluation and `play` roll out with: one tree episode per problem (k=1), greedy or at `temperature`."""
     settings = rollout_settings(spec)
     return replace(settings, kind="tree", temperature=settings.temperature if temperature is None else temperature)
+
+
+def role_assigner(spec: Experiment) -> RoleAssigner:
+    """The run's role assignment (rollout/roles.py), set up from the spec's `assignment` section."""
+    return RoleAssigner(
+        AssignmentSettings(
+            mode=spec.assignment.mode,
+            ucb_c=spec.assignment.ucb_c,
+            window=spec.assignment.window,
+            roles=tuple(ENVS[spec.env.name].layouts[spec.env.layout]),
+            agents=tuple(sorted(spec.agents)),
+            role_owner=spec.role_owner(),
+        )
+    )

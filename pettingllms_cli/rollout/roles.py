@@ -9,25 +9,24 @@ from __future__ import annotations
 
 import math
 
-from pettingllms_cli.envs import ENVS
-from pettingllms_cli.spec import Experiment
+from pettingllms_cli.rollout.settings import AssignmentSettings
 
 Assignment = dict[str, str]  # role -> agent
 
 
 class RoleAssigner:
-    def __init__(self, spec: Experiment):
-        self.spec = spec
-        self.roles: tuple[str, ...] = ENVS[spec.env.name].layouts[spec.env.layout]  # turn order
-        self.agents = sorted(spec.agents)  # sorted: YAML order does not matter
+    def __init__(self, settings: AssignmentSettings):
+        self.settings = settings
+        self.roles = settings.roles  # turn order
+        self.agents = list(settings.agents)
         self.history: dict[str, list[float]] = {}  # "agent/role" -> recent successes (last `window`)
         self.tries: dict[str, int] = {}  # "agent/role" -> episodes played, all time (logged; UCB counts the window)
 
     def assign(self, step: int, n: int) -> list[Assignment]:
         """The role -> agent map of each of the step's n episodes."""
-        mode = self.spec.assignment.mode
+        mode = self.settings.mode
         if mode == "static":
-            return [self.spec.role_owner() for _ in range(n)]
+            return [dict(self.settings.role_owner) for _ in range(n)]
         if mode == "rotate":
             return [rotation(self.roles, self.agents, step * n + i) for i in range(n)]
         pending: dict[str, int] = {}  # tries handed out in this batch, so its episodes explore
@@ -53,7 +52,7 @@ class RoleAssigner:
                 return math.inf
             recent = self.history.get(f"{agent}/{role}", [])
             mean = sum(recent) / len(recent) if recent else 0.0
-            return mean + self.spec.assignment.ucb_c * math.sqrt(math.log(total) / counts[agent])
+            return mean + self.settings.ucb_c * math.sqrt(math.log(total) / counts[agent])
 
         return max(self.agents, key=lambda a: (score(a), -self.agents.index(a)))
 
@@ -63,8 +62,8 @@ class RoleAssigner:
         Ties (and roles nobody has played yet) go to the role's static owner, so `static` runs and
         untrained teams evaluate with the agents' own roles.
         """
-        owner = self.spec.role_owner()
-        if self.spec.assignment.mode == "static":
+        owner = dict(self.settings.role_owner)
+        if self.settings.mode == "static":
             return owner
 
         def recent(agent: str, role: str) -> float:
@@ -78,7 +77,7 @@ class RoleAssigner:
 
     def record(self, assignments: list[Assignment], successes: list[float]) -> None:
         """Feed each episode's team success back to the (agent, role) pairs that played it."""
-        window = self.spec.assignment.window
+        window = self.settings.window
         for assignment, success in zip(assignments, successes, strict=True):
             for role, agent in assignment.items():
                 key = f"{agent}/{role}"
@@ -86,7 +85,7 @@ class RoleAssigner:
                 self.tries[key] = self.tries.get(key, 0) + 1
 
     def state_dict(self) -> dict:
-        return {"mode": self.spec.assignment.mode, "history": self.history, "tries": self.tries}
+        return {"mode": self.settings.mode, "history": self.history, "tries": self.tries}
 
     def load_state_dict(self, state: dict | None) -> None:
         if state and "history" in state:

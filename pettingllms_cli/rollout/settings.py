@@ -48,3 +48,15 @@ class RolloutSettings:
     def owners(self) -> dict[str, str]:
         """A fresh role -> agent map of the static assignment (callers may keep it per episode)."""
         return dict(self.role_owner)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssignmentSettings:
+    """What role assignment (roles.py) reads: the mode and its knobs, the turn order, the agents, the static owners."""
+
+    mode: str  # `static`, `rotate` or `adaptive`
+    ucb_c: float
+    window: int
+    roles: tuple[str, ...]  # the layout's roles, in turn order
+    agents: tuple[str, ...]  # sorted: YAML order does not matter
+    role_owner: Mapping[str, str]  # role -> agent: the static assignment

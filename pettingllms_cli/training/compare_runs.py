@@ -195,8 +195,8 @@ def train_eval(spec: Experiment, run_dir: Path, name: str, problems: list[Proble
 def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     """Held-out scores of the untrained team and of the final checkpoint, cached in compare_eval.json."""
     from pettingllms_cli.analysis.evaluate import evaluate
+    from pettingllms_cli.analysis.rollout_settings import role_assigner
     from pettingllms_cli.policy.adapters import Team
-    from pettingllms_cli.rollout.roles import RoleAssigner
     from pettingllms_cli.training.checkpoint import latest_checkpoint, load_adapters, read_state
 
     checkpoint = latest_checkpoint(run_dir)
@@ -208,7 +208,7 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     initial = train_eval(spec, run_dir, "eval_before.json", problems)
     final = train_eval(spec, run_dir, "eval_after.json", problems)
     if initial is None or final is None:  # train scored other problems: score these, same greedy evaluate
-        team, roles = Team(spec), RoleAssigner(spec)
+        team, roles = Team(spec), role_assigner(spec)
         initial = initial or evaluate(team, spec, problems, n_transcripts=1, score_actions=False, assignment=roles.best())
         load_adapters(team, checkpoint)
         roles.load_state_dict(read_state(checkpoint).get("roles"))  # the assignment the run learned (rotate/adaptive)

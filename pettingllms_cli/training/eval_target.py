@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pettingllms_cli.analysis.evaluate import eval_problems, evaluate
+from pettingllms_cli.analysis.rollout_settings import role_assigner
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.rollout.roles import RoleAssigner
 from pettingllms_cli.spec import Experiment, load_spec
 from pettingllms_cli.training.checkpoint import (
     STATE_FILE,
@@ -100,7 +100,7 @@ def run_eval(
         spec = spec.model_copy(update={"env": spec.env.model_copy(update={"data": data})})
     seed = spec.seed if seed is None else seed  # default: the problems train scored before and after
     problems = eval_problems(spec, split, seed, episodes or spec.env.eval_problems)  # before any weight loads
-    team, roles = Team(spec), RoleAssigner(spec)
+    team, roles = Team(spec), role_assigner(spec)
     if resolved.checkpoint is not None:
         load_adapters(team, resolved.checkpoint)
         roles.load_state_dict(read_state(resolved.checkpoint).get("roles"))  # who plays which role best

@@ -39,7 +39,7 @@ from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import AgentStats, update
 from pettingllms_cli.analysis.evaluate import evaluate
 from pettingllms_cli.analysis.report import read_metrics, write_report
-from pettingllms_cli.analysis.rollout_settings import rollout_settings
+from pettingllms_cli.analysis.rollout_settings import role_assigner, rollout_settings
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import load_split, problems_fingerprint
 from pettingllms_cli.errors import UserError
@@ -49,7 +49,6 @@ from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.vllm_sampler import VllmSampler
 from pettingllms_cli.rollout.collect import collect
 from pettingllms_cli.rollout.records import Rollout, Sample
-from pettingllms_cli.rollout.roles import RoleAssigner
 from pettingllms_cli.spec import Experiment
 from pettingllms_cli.training.checkpoint import (
     STATE_FILE,
@@ -118,7 +117,7 @@ def train_locked(
             team = Team(spec)  # bases and adapters
         sampler = make_sampler(team, spec, closing)  # where rollouts sample
         optimizers = make_optimizers(team)  # one AdamW per adapter
-        roles = RoleAssigner(spec)  # who plays which role in each episode
+        roles = role_assigner(spec)  # who plays which role in each episode
         settings = rollout_settings(spec)  # what the rollout reads of the spec
         distributed.on_main(check_disk_space, team, optimizers, run_dir)
         train_problems, eval_problems = problems  # (training pool, held-out), loaded before the run directory

@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pettingllms_cli.analysis.rollout_settings import role_assigner
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.rollout.roles import Assignment, RoleAssigner
+from pettingllms_cli.rollout.roles import Assignment
 from pettingllms_cli.spec import Experiment
 from pettingllms_cli.training.checkpoint import complete_checkpoints, load_adapters, read_state
 from pettingllms_cli.training.eval_target import resolve_target
@@ -23,7 +24,7 @@ class Trained:
 
     def assignment(self) -> Assignment:
         """role -> agent: the best its role assignment found (the static roles unless `assignment` was learned)."""
-        roles = RoleAssigner(self.spec)
+        roles = role_assigner(self.spec)
         roles.load_state_dict(read_state(self.checkpoint).get("roles"))
         return roles.best()
 

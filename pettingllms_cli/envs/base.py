@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -77,7 +78,11 @@ class TurnEnv:
         self.problem = problem
         self.layout = layout
         self.max_turns = max_turns
-        self.options = dict(options or {})
+        self.options = dict(options or {})  # as given; the env reads them typed, through `opts`
+        self._opts: EnvOptions | None = None
+        # The env's own randomness, if it has any (none of the built-ins does): seeded from the problem until
+        # `reset(seed=...)` reseeds it, so the same problem and seed give the same episode.
+        self.rng = random.Random(f"{type(self).__name__}:{problem.id}")
         self.reset()
 
     # --- the contract -------------------------------------------------------------------
@@ -91,9 +96,21 @@ class TurnEnv:
         """PettingZoo's name for `roles` (in PettingZoo the acting entities are agents; here they are roles)."""
         return self.roles
 
+    @property
+    def opts(self) -> Any:
+        """`options` as the env's `Options` model: each default is written there once, and the env reads nothing else."""
+        if self._opts is None:
+            self._opts = self.Options.model_validate(self.options)
+        return self._opts
+
     def reset(self, seed: int | None = None, options: dict | None = None) -> dict[str, list[Message]]:
+        """Start the episode over: the observations of every role. As in PettingZoo, `seed` reseeds the env's own
+        randomness (`rng`), so the same seed gives the same observations; without one, `rng` goes on where it was."""
+        if seed is not None:
+            self.rng = random.Random(seed)
         if options:
             self.options.update(options)
+            self._opts = None
         self.turn = 0
         self.next_role = 0
         self.success = False

@@ -187,7 +187,7 @@ class CodeEnv(TurnEnv):
 
     @property
     def timeout(self) -> float:
-        return float(self.options.get("timeout", 3.0))
+        return self.opts.timeout
 
     # --- observations ---------------------------------------------------------------------
     def observe(self, role: str) -> list[Message]:

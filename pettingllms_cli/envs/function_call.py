@@ -156,7 +156,7 @@ class FunctionCallEnv(ReviewedEnv):
 
     @property
     def lenient(self) -> bool:
-        return self.options.get("scoring", "bfcl") == "lenient"
+        return self.opts.scoring == "lenient"
 
     # --- observations ---------------------------------------------------------------------
     def observe(self, role: str) -> list[Message]:

@@ -195,7 +195,7 @@ class FunctionSelectEnv(TurnEnv):
             return self._refuse(call, problem, Outcome(CALL_INVALID + shaping, 0.0, attempt=True, info=info))
         gold = next((g for g in self.problem.answer if call.name in g), self.problem.answer[0])
         schema = self.functions[self.names.index(call.name)]
-        matches, share, _ = score_call(call, gold, schema, self.options.get("scoring", "bfcl") == "lenient")
+        matches, share, _ = score_call(call, gold, schema, self.opts.scoring == "lenient")
         outcome = Outcome(share + shaping, float(matches), solved=matches, attempt=True, info={**info, "matches": matches})
         if problem is not None and not matches:  # the schema check never refuses what BFCL accepts
             return self._refuse(call, problem, outcome)

@@ -216,7 +216,7 @@ class MathToolEnv(ReviewedEnv):
             return READER.prompt(f"{question}\nCalculator: {result}")
         if role in ("tool_caller", "solver", "planner"):
             messages: list[Message] = [{"role": "system", "content": CALLER_SYSTEM}]
-            for q, expr in (SHOTS[op] for op in self.options.get("ops", OPS)):
+            for q, expr in (SHOTS[op] for op in self.opts.ops):
                 call = render_tool_call(ToolCall("calculator", {"expression": expr}))
                 messages += [{"role": "user", "content": f"Question: {q}"}, {"role": "assistant", "content": call}]
             content = question if self.feedback is None else f"{question}\n{self.feedback}"
@@ -235,7 +235,7 @@ class MathToolEnv(ReviewedEnv):
         else:
             outcome = self._verify(text) if role == "verifier" else self._call(text)
         if _DIGIT_RE.search(text):
-            outcome.local_reward += float(self.options.get("format_bonus", 0.0))
+            outcome.local_reward += self.opts.format_bonus
         if role == "verifier" or self.layout in ("team", "solo"):
             return outcome
         if role == "solver":
@@ -307,7 +307,7 @@ class MathToolEnv(ReviewedEnv):
 
     @property
     def scoring(self) -> Scoring:
-        return self.options.get("scoring", "official")
+        return self.opts.scoring
 
     def _shown_result(self) -> str | None:
         """The latest calculator result as the team reads it (and hands it in), or None when no call ran."""
@@ -322,7 +322,8 @@ class MathToolEnv(ReviewedEnv):
         if data == "generated":
             # Train and test come from different seed streams; the held-out set never changes with steps.
             stream = seed * 2 + (1 if split == "test" else 0)
-            return generate_problems(stream, n, f"{split}-", (options or {}).get("ops", OPS), held_out=split == "test")
+            ops = cls.Options.model_validate(options or {}).ops
+            return generate_problems(stream, n, f"{split}-", ops, held_out=split == "test")
         path = Path(data)
         records = read_jsonl(path)
         problems = []

@@ -88,6 +88,8 @@ class TextAECEnv(AECEnv):
         known = set(self.env_cls.Options.model_fields)  # PettingZoo passes any options; keep the env's own
         env_options = self.options | {k: v for k, v in (options or {}).items() if k in known}
         self.env = self.env_cls(self.rng.choice(self.problems), self.layout, self.max_turns, env_options)
+        if seed is not None:
+            self.env.reset(seed=seed)  # the env's own randomness too, as PettingZoo's reset(seed) promises
         self.agents = list(self.possible_agents)
         self.rewards = {a: 0.0 for a in self.agents}
         self._cumulative_rewards = {a: 0.0 for a in self.agents}

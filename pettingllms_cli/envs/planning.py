@@ -148,7 +148,7 @@ class PlanningEnv(TurnEnv):
 
     @property
     def timeout(self) -> float:
-        return float(self.options.get("timeout", 2.0))
+        return self.opts.timeout
 
     def _run_tool(self, text: str) -> Outcome:
         code = _CODE_RE.search(text)

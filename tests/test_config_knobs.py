@@ -23,6 +23,7 @@ from pettingllms_cli.policy.logprobs import group_logprobs
 from pettingllms_cli.policy.sampling import truncate
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.checkpoint import complete_checkpoints, load_checkpoint, read_state, save_checkpoint
+from pettingllms_cli.training.update_settings import optim_settings, update_settings
 from tests.test_resume import final_state, metrics, train_in_process
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -38,7 +39,7 @@ def _lrs(team: Team, optimizers, steps: int) -> list[float]:
     seen = []
     for _ in range(steps):
         seen.append(optimizers["caller"].param_groups[0]["lr"])
-        update(team, optimizers, [], [])
+        update(team, optimizers, [], [], update_settings(team.spec))
     return seen
 
 
@@ -49,8 +50,11 @@ def test_defaults_resolve_to_todays_behaviour(smoke_tree) -> None:
     assert (algo.lr_scheduler_type, algo.warmup_steps, algo.warmup_ratio, algo.clip_eps_high) == ("constant", 0, 0.0, None)
     assert (train.top_p, train.top_k, train.max_prompt_length, train.save_total_limit) == (1.0, 0, None, None)
     team = Team(spec)
-    assert all(st.lr is None for st in update(team, make_optimizers(team), [], []).values())  # no lr/<agent> column
-    assert _lrs(team, make_optimizers(team), 5) == [algo.lr] * 5  # no schedule: lr at every step
+    assert all(
+        st.lr is None
+        for st in update(team, make_optimizers(team, optim_settings(team.spec)), [], [], update_settings(team.spec)).values()
+    )  # no lr/<agent> column
+    assert _lrs(team, make_optimizers(team, optim_settings(team.spec)), 5) == [algo.lr] * 5  # no schedule: lr at every step
     scores = torch.randn(3, 50)
     assert truncate(scores) is scores  # sampling and log-probs untouched
     ratio_logp, adv = torch.log(torch.tensor([[1.5, 0.5]])), torch.tensor([1.0])
@@ -113,14 +117,14 @@ def test_warmup_steps_and_ratio_together_are_refused(smoke_tree) -> None:
 def test_linear_schedule_warms_up_then_falls(smoke_tree) -> None:
     spec = _spec(smoke_tree, {"lr": 0.1, "lr_scheduler_type": "linear", "warmup_steps": 2}, {"steps": 6})
     team = Team(spec)
-    got = _lrs(team, make_optimizers(team), 6)
+    got = _lrs(team, make_optimizers(team, optim_settings(team.spec)), 6)
     assert got == pytest.approx([0.0, 0.05, 0.1, 0.075, 0.05, 0.025])  # s/2 during warmup, then (6-s)/4
 
 
 def test_cosine_with_a_warmup_ratio(smoke_tree) -> None:
     spec = _spec(smoke_tree, {"lr": 1.0, "lr_scheduler_type": "cosine", "warmup_ratio": 0.25}, {"steps": 8})
     team = Team(spec)
-    got = _lrs(team, make_optimizers(team), 8)
+    got = _lrs(team, make_optimizers(team, optim_settings(team.spec)), 8)
     assert got[:3] == pytest.approx([0.0, 0.5, 1.0])  # ceil(0.25 * 8) = 2 warmup steps
     assert got[3] == pytest.approx(0.5 * (1 + torch.cos(torch.tensor(torch.pi / 6)).item()))
     assert all(a > b for a, b in zip(got[2:], got[3:], strict=False))  # falls along a half cosine
@@ -129,11 +133,11 @@ def test_cosine_with_a_warmup_ratio(smoke_tree) -> None:
 def test_the_schedule_continues_from_a_checkpoint(smoke_tree, tmp_path: Path) -> None:
     spec = _spec(smoke_tree, {"lr": 0.1, "lr_scheduler_type": "linear", "warmup_steps": 2}, {"steps": 6})
     team = Team(spec)
-    optimizers = make_optimizers(team)
+    optimizers = make_optimizers(team, optim_settings(team.spec))
     _lrs(team, optimizers, 3)
     folder = save_checkpoint(team, optimizers, tmp_path, 3)
     assert read_state(folder)["schedulers"]["caller"]["last_epoch"] == 3
-    fresh = make_optimizers(team)
+    fresh = make_optimizers(team, optim_settings(team.spec))
     load_checkpoint(team, fresh, folder)
     assert _lrs(team, fresh, 3) == pytest.approx([0.075, 0.05, 0.025])  # not the warmup again
 
@@ -142,7 +146,7 @@ def test_a_checkpoint_without_a_schedule_resumes_at_its_step(smoke_tree, tmp_pat
     """Checkpoints written before schedules existed hold none: the schedule stands where its step puts it."""
     spec = _spec(smoke_tree, {"lr": 0.1, "lr_scheduler_type": "linear", "warmup_steps": 2}, {"steps": 6})
     team = Team(spec)
-    optimizers = make_optimizers(team)
+    optimizers = make_optimizers(team, optim_settings(team.spec))
     folder = save_checkpoint(team, optimizers, tmp_path, 4)
     state = read_state(folder)
     del state["schedulers"]
@@ -174,7 +178,7 @@ def test_resume_mid_schedule_ends_like_the_uninterrupted_run(tmp_path: Path) -> 
 def test_save_total_limit_never_deletes_the_newest_or_a_newer_one(smoke_tree, tmp_path: Path) -> None:
     spec = _spec(smoke_tree, train={"save_total_limit": 1})
     team = Team(spec)
-    optimizers = make_optimizers(team)
+    optimizers = make_optimizers(team, optim_settings(team.spec))
     for step in (2, 4, 9):
         save_checkpoint(team, optimizers, tmp_path, step)
     assert [s for s, _ in complete_checkpoints(tmp_path)] == [9]

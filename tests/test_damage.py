@@ -23,6 +23,7 @@ import yaml
 from rich.console import Console
 
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.training.update_settings import optim_settings
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,7 +184,7 @@ def test_disk_check_measures_a_real_checkpoint(trained: Path, tmp_path: Path) ->
 
     real = on_disk(trained / "checkpoints" / "step_2")
     team = Team(spec())
-    measured = measure_checkpoint(team, make_optimizers(team), tmp_path)
+    measured = measure_checkpoint(team, make_optimizers(team, optim_settings(team.spec)), tmp_path)
     assert 0.9 * real <= measured <= 1.1 * real, (measured, real)
     assert not (tmp_path / "checkpoints").exists() or not any((tmp_path / "checkpoints").iterdir())
 

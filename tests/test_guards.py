@@ -21,6 +21,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import load_spec
 from pettingllms_cli.training.loop import train
+from pettingllms_cli.training.update_settings import optim_settings, update_settings
 from tests.conftest import FAST
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,8 +63,8 @@ def test_nan_gradient_skips_only_that_agents_update(smoke_spec) -> None:
         p.register_hook(lambda g: torch.full_like(g, math.nan))
     caller_before, verifier_before = lora_params(team, "caller"), lora_params(team, "verifier")
 
-    optimizers = make_optimizers(team)
-    stats = update(team, optimizers, samples_for(team), ADVANTAGES)
+    optimizers = make_optimizers(team, optim_settings(team.spec))
+    stats = update(team, optimizers, samples_for(team), ADVANTAGES, update_settings(team.spec))
 
     assert stats["caller"].skipped and not stats["verifier"].skipped
     assert math.isnan(stats["caller"].grad_norm) and math.isfinite(stats["verifier"].grad_norm)
@@ -76,8 +77,8 @@ def test_nan_gradient_skips_only_that_agents_update(smoke_spec) -> None:
 def nan_loss_for(agent: str):
     real = update_mod.batch_loss
 
-    def patched(team, who, batch, advantages, st, old_logp=None, sampler=None):
-        loss, logp = real(team, who, batch, advantages, st, old_logp, sampler)
+    def patched(team, settings, who, batch, advantages, st, old_logp=None, sampler=None):
+        loss, logp = real(team, settings, who, batch, advantages, st, old_logp, sampler)
         return (loss * math.nan if who == agent else loss), logp
 
     return patched

@@ -18,6 +18,7 @@ from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.rollout.records import Rollout
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.metrics import compute_metrics, step_metrics
+from pettingllms_cli.training.update_settings import optim_settings, update_settings
 from tests.scripted import on_policy_episodes, tree_rollout
 
 PROBLEM = Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"})
@@ -136,13 +137,15 @@ def test_a_step_whose_only_group_tied_trains_nothing_and_says_so(smoke_tree):
     ]
     tied = group_advantages(torch.tensor([0.5, 0.5]), [group, group]).tolist()  # the group tied: 0 and 0
     before = {a: [p.detach().clone() for p in params] for a, params in team.params.items()}
-    stats = update(team, make_optimizers(team), samples, tied)
+    stats = update(team, make_optimizers(team, optim_settings(team.spec)), samples, tied, update_settings(team.spec))
     spent = compute_metrics(s, Rollout(samples=samples), stats)
     assert spent["trained_tokens"] == 0 and spent["effective_optimizer_steps"] == 0
     assert spent["optimizer_steps"] == 1  # the caller's adapter had samples: it went through the step, moving nothing
     for adapter, params in team.params.items():
         assert all(torch.equal(a, b) for a, b in zip(before[adapter], params, strict=True)), adapter
-    stats = update(team, make_optimizers(team), samples, [1.0, -1.0])  # the same step with a signal: 5 tokens, moved
+    stats = update(
+        team, make_optimizers(team, optim_settings(team.spec)), samples, [1.0, -1.0], update_settings(team.spec)
+    )  # the same step with a signal: 5 tokens, moved
     spent = compute_metrics(s, Rollout(samples=samples), stats)
     assert spent["trained_tokens"] == 5 and spent["effective_optimizer_steps"] == 1
     assert not all(torch.equal(a, b) for a, b in zip(before["caller"], team.params["caller"], strict=True))

@@ -15,6 +15,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs
 from pettingllms_cli.policy.sampling import GumbelSampler
 from pettingllms_cli.rollout.records import Sample
+from pettingllms_cli.training.update_settings import optim_settings, update_settings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -48,7 +49,7 @@ def test_an_update_raises_positive_and_lowers_negative_advantage_completions(smo
         monkeypatch.setattr(update_module, "group_logprobs", plain)
     before = _logp(team, prompt, samples, shared)
     assert before == pytest.approx(_logp(team, prompt, samples, not shared), abs=1e-4)  # both paths score alike
-    stats = update(team, make_optimizers(team), samples, ADVANTAGES)
+    stats = update(team, make_optimizers(team, optim_settings(team.spec)), samples, ADVANTAGES, update_settings(team.spec))
     after = _logp(team, prompt, samples, shared)
     assert after[0] > before[0] + 1e-3  # positive advantage: more likely
     assert after[1] < before[1] - 1e-3  # negative advantage: less likely
@@ -60,10 +61,12 @@ def test_kl_is_zero_at_the_first_step(smoke_spec):
     assert smoke_spec.algorithm.kl_coef > 0
     team = Team(smoke_spec)
     _, samples = _samples(team)
-    optimizers = make_optimizers(team)
-    stats = update(team, optimizers, samples, ADVANTAGES)
+    optimizers = make_optimizers(team, optim_settings(team.spec))
+    stats = update(team, optimizers, samples, ADVANTAGES, update_settings(team.spec))
     assert stats["caller"].kl == 0.0
-    second = update(team, optimizers, samples, ADVANTAGES)  # the first step moved the adapter: now the KL is positive
+    second = update(
+        team, optimizers, samples, ADVANTAGES, update_settings(team.spec)
+    )  # the first step moved the adapter: now the KL is positive
     assert second["caller"].kl > 0.0
 
 

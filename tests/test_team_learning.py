@@ -19,6 +19,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.rollout.roles import rotation
 from pettingllms_cli.spec import parse_spec
+from pettingllms_cli.training.update_settings import distill_settings, optim_settings, update_settings
 from tests.conftest import run_cli
 from tests.scripted import ScriptedTeam as Scripted
 from tests.scripted import parallel_rollout, tree_rollout
@@ -163,7 +164,7 @@ def _step(tree: dict, seed: int = 3):
     torch.manual_seed(seed)
     rollout = tree_rollout(team, spec, _envs(spec), spec.algorithm.group_size, assignment=role_assigner(spec).assign(0, 2))
     adv = group_advantages(torch.tensor([s.reward for s in rollout.samples]), [s.group for s in rollout.samples]).tolist()
-    stats = update(team, make_optimizers(team), rollout.samples, adv)
+    stats = update(team, make_optimizers(team, optim_settings(team.spec)), rollout.samples, adv, update_settings(team.spec))
     actions = sorted((s.problem_id, s.role, s.agent, s.text) for s in rollout.samples)
     return actions, sorted(s.reward for s in rollout.samples), {a: st.loss for a, st in stats.items()}, rollout, adv
 
@@ -173,7 +174,12 @@ def test_shared_and_per_agent_give_identical_step0_losses(smoke_tree):
     _, _, per_agent_losses, rollout, adv = _step(small)
     shared = parse_spec({**small, "specialization": "shared"})
     team = Team(shared)
-    shared_losses = {a: st.loss for a, st in update(team, make_optimizers(team), rollout.samples, adv).items()}
+    shared_losses = {
+        a: st.loss
+        for a, st in update(
+            team, make_optimizers(team, optim_settings(team.spec)), rollout.samples, adv, update_settings(team.spec)
+        ).items()
+    }
     assert per_agent_losses.keys() == shared_losses.keys()
     for agent in per_agent_losses:
         assert shared_losses[agent] == pytest.approx(per_agent_losses[agent], abs=1e-6)
@@ -222,9 +228,9 @@ def test_distillation_lowers_the_targets_nll_on_the_sources_trajectories(smoke_t
     for s in samples:
         s.team_success = True  # distillation imitates only samples after which the team succeeded
     before = nll(team, "verifier", samples)[0].item()
-    optimizers = make_optimizers(team)
+    optimizers = make_optimizers(team, optim_settings(team.spec))
     for step in range(3):
-        losses = distill(team, optimizers, samples, step)
+        losses = distill(team, optimizers, samples, step, distill_settings(team.spec))
     after = nll(team, "verifier", samples)[0].item()
     assert set(losses) == {"distill_loss/verifier"}
     assert after < before

@@ -17,6 +17,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import logprob_key
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import parse_spec
+from pettingllms_cli.training.update_settings import optim_settings, update_settings
 from tests.test_update_epochs import ADVANTAGES, one_prompt_samples
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,14 +41,14 @@ def _loss_and_grads(team: Team, batch: list[Sample], record: dict | None) -> tup
     st = AgentStats()
     team.models[team.spec.base_of("caller")].zero_grad(set_to_none=True)
     rows = None if record is None else sampler_rows("caller", batch, record)
-    loss, _ = batch_loss(team, "caller", batch, ADVANTAGES, st, sampler=rows)
+    loss, _ = batch_loss(team, update_settings(team.spec), "caller", batch, ADVANTAGES, st, sampler=rows)
     loss.backward()
     grads = [p.grad.clone() for p in team.params["caller"]]
     return loss.detach(), grads, st
 
 
 def _trainer_logp(team: Team, batch: list[Sample]) -> torch.Tensor:
-    _, logp = batch_loss(team, "caller", batch, ADVANTAGES, AgentStats())
+    _, logp = batch_loss(team, update_settings(team.spec), "caller", batch, ADVANTAGES, AgentStats())
     return logp
 
 
@@ -77,7 +78,7 @@ def test_tokens_the_sampler_did_not_record_keep_weight_1_and_update_logs_the_mea
     team = _team(smoke_tree)
     batch = one_prompt_samples(team)
     record = _record(batch, _trainer_logp(team, batch), -20.0, rows=1)  # only the 4-token completion
-    stats = update(team, make_optimizers(team), batch, ADVANTAGES, record)
+    stats = update(team, make_optimizers(team, optim_settings(team.spec)), batch, ADVANTAGES, update_settings(team.spec), record)
     assert stats["caller"].tis_weight == pytest.approx((4 * CAP + 2 * 1.0) / 6)  # logged as tis_weight/caller
     assert stats["caller"].logprob_gap == pytest.approx(20.0, abs=1e-4)
     assert stats["verifier"].tis_weight is None  # no samples, no weight

@@ -11,6 +11,7 @@ from pettingllms_cli.algorithms.update import update
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import parse_spec
+from pettingllms_cli.training.update_settings import optim_settings, update_settings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,7 +35,9 @@ def one_prompt_samples(team: Team) -> list[Sample]:
 def test_one_pass_is_the_on_policy_step(smoke_tree) -> None:
     """At the sampling policy every ratio is 1, so the token-mean loss is -sum(A_k T_k) / sum(T_k), as before update_epochs."""
     team = _team(smoke_tree, 1)
-    stats = update(team, make_optimizers(team), one_prompt_samples(team), ADVANTAGES)
+    stats = update(
+        team, make_optimizers(team, optim_settings(team.spec)), one_prompt_samples(team), ADVANTAGES, update_settings(team.spec)
+    )
     assert stats["caller"].loss == pytest.approx(-(1.0 * 4 - 0.5 * 2) / 6, abs=1e-6)
     assert stats["caller"].clip_frac == 0.0
 
@@ -42,7 +45,9 @@ def test_one_pass_is_the_on_policy_step(smoke_tree) -> None:
 def test_a_second_pass_is_clipped_against_the_sampling_policy(smoke_tree) -> None:
     team = _team(smoke_tree, 2)
     before = [p.detach().clone() for p in team.params["caller"]]
-    stats = update(team, make_optimizers(team), one_prompt_samples(team), ADVANTAGES)
+    stats = update(
+        team, make_optimizers(team, optim_settings(team.spec)), one_prompt_samples(team), ADVANTAGES, update_settings(team.spec)
+    )
     assert stats["caller"].clip_frac > 0.0  # logged as clip_frac/caller
     assert stats["caller"].tokens == 6  # the tokens trained on, once however many passes
     assert not stats["caller"].skipped

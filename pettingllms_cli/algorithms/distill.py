@@ -19,6 +19,7 @@ import torch
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.optim import guarded_step
+from pettingllms_cli.algorithms.settings import DistillSettings
 from pettingllms_cli.envs.messages import generated_part
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs
@@ -82,7 +83,13 @@ def nll(team: Team, agent: str, samples: list[Sample], grad: bool = False) -> tu
 
 
 def distill_step(
-    team: Team, optimizer: torch.optim.Optimizer, target: str, samples: list[Sample], weight: float
+    team: Team,
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.nn.Parameter],
+    target: str,
+    samples: list[Sample],
+    weight: float,
+    max_grad_norm: float,
 ) -> tuple[float, bool]:
     """One optimizer step of the target's adapter on weight x token-mean NLL; returns that NLL (unweighted) and
     whether the step was skipped (a non-finite NLL or gradient, algorithms/optim.py).
@@ -90,7 +97,6 @@ def distill_step(
     Under data parallelism every rank holds the same `samples`: each scores its shard, and the
     NLL sums and gradients are added over ranks, so adapters stay identical on every rank.
     """
-    params = team.params[team.spec.adapter_of(target)]
     optimizer.zero_grad(set_to_none=True)
     total, tokens = nll(team, target, distributed.shard(samples), grad=True)
     total_all, tokens_all = distributed.all_reduce_sum([float(total.detach()), tokens]).tolist()
@@ -98,25 +104,29 @@ def distill_step(
     finite = math.isfinite(loss)
     if finite and total.requires_grad:  # a rank whose shard is empty adds zeros in the all-reduce
         (weight * total / max(tokens_all, 1)).backward()
-    norm = guarded_step(optimizer, params, team.spec.algorithm.max_grad_norm, finite)
+    norm = guarded_step(optimizer, params, max_grad_norm, finite)
     return loss, not math.isfinite(norm)
 
 
-def distill(team: Team, optimizers: dict[str, torch.optim.Optimizer], samples: list[Sample], step: int) -> dict[str, float]:
-    """Run the spec's distillations due after step `step` (0-based); returns `distill_loss/<target>` and, for a
+def distill(
+    team: Team, optimizers: dict[str, torch.optim.Optimizer], samples: list[Sample], step: int, settings: DistillSettings
+) -> dict[str, float]:
+    """Run the distillations due after step `step` (0-based); returns `distill_loss/<target>` and, for a
     step skipped because it was not finite, `distill_skipped/<target>` (1 per skipped step)."""
     out: dict[str, float] = {}
-    for d in team.spec.distill:
+    for d in settings.distillations:
         if (step + 1) % d.every:
             continue
-        eos, limit = team.tokenizer_of(d.source).eos_token_id, team.spec.train.max_new_tokens
+        eos, limit = team.tokenizer_of(d.source).eos_token_id, settings.max_new_tokens
         cut = {i for i, s in enumerate(samples) if s.agent == d.source and is_truncated(s.completion, eos, limit)}
         cut = set() if d.keep_truncated else cut
         best = best_trajectories(samples, d.source, d.top_k, cut, d.require_success)
         for target in sorted(d.targets):
             if best:
-                optimizer = optimizers[team.spec.adapter_of(target)]
-                out[f"distill_loss/{target}"], skipped = distill_step(team, optimizer, target, best, d.weight)
+                adapter = settings.adapters[target]
+                out[f"distill_loss/{target}"], skipped = distill_step(
+                    team, optimizers[adapter], team.params[adapter], target, best, d.weight, settings.max_grad_norm
+                )
                 if skipped:
                     out[f"distill_skipped/{target}"] = out.get(f"distill_skipped/{target}", 0) + 1
     return out

@@ -10,8 +10,8 @@ from torch.optim.lr_scheduler import LRScheduler
 from transformers import get_scheduler
 
 from pettingllms_cli import distributed
+from pettingllms_cli.algorithms.settings import OptimSettings
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.spec.algorithm import AlgorithmSpec
 
 
 class Optimizers(dict):
@@ -21,32 +21,19 @@ class Optimizers(dict):
     schedulers: dict[str, LRScheduler]
 
 
-def make_optimizers(team: Team) -> Optimizers:
-    """adapter -> AdamW over its LoRA parameters, each with `algorithm.lr_scheduler_type`'s schedule over train.steps."""
-    algo, steps = team.spec.algorithm, team.spec.train.steps
+def make_optimizers(team: Team, settings: OptimSettings) -> Optimizers:
+    """adapter -> AdamW over its LoRA parameters, each with the settings' learning-rate schedule over the run's steps."""
     optimizers = Optimizers(
-        (adapter, torch.optim.AdamW(params, lr=algo.lr, weight_decay=algo.weight_decay))
+        (adapter, torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay))
         for adapter, params in sorted(team.params.items())
     )
-    optimizers.schedulers = {name: make_scheduler(opt, algo, steps) for name, opt in optimizers.items()}
+    optimizers.schedulers = {name: make_scheduler(opt, settings) for name, opt in optimizers.items()}
     return optimizers
 
 
-def warmup_steps(algo: AlgorithmSpec, steps: int) -> int:
-    """`warmup_steps`, or `warmup_ratio` of the run's steps rounded up (as transformers' TrainingArguments does).
-
-    >>> from pettingllms_cli.spec.algorithm import AlgorithmSpec
-    >>> warmup_steps(AlgorithmSpec(warmup_ratio=0.1), 25), warmup_steps(AlgorithmSpec(warmup_steps=3), 25)
-    (3, 3)
-    """
-    return algo.warmup_steps or math.ceil(algo.warmup_ratio * steps)
-
-
-def make_scheduler(optimizer: torch.optim.Optimizer, algo: AlgorithmSpec, steps: int) -> LRScheduler:
-    """transformers' schedule for the spec; `constant` without warmup keeps the learning rate at `lr` throughout."""
-    warmup = warmup_steps(algo, steps)
-    name = "constant_with_warmup" if algo.lr_scheduler_type == "constant" and warmup else algo.lr_scheduler_type
-    return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=steps)
+def make_scheduler(optimizer: torch.optim.Optimizer, settings: OptimSettings) -> LRScheduler:
+    """transformers' schedule; `constant` without warmup keeps the learning rate at `lr` throughout."""
+    return get_scheduler(settings.schedule, optimizer, num_warmup_steps=settings.warmup_steps, num_training_steps=settings.steps)
 
 
 def restore_schedule(sched: LRScheduler, saved: dict | None, step: int, lr: float) -> None:

@@ -37,6 +37,7 @@ from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.grpo import k3_kl, masked_sum, ppo_clip_loss
 from pettingllms_cli.algorithms.offpolicy import logprob_gap, recorded_is_weights
 from pettingllms_cli.algorithms.optim import guarded_step
+from pettingllms_cli.algorithms.settings import UpdateSettings
 from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs, logprob_key, pad
@@ -74,9 +75,10 @@ def update(
     optimizers: dict[str, torch.optim.Optimizer],
     samples: list[Sample],
     advantages: Sequence[float],
+    settings: UpdateSettings,
     sampler_logp: dict[tuple, torch.Tensor] | None = None,
 ) -> dict[str, AgentStats]:
-    """`algorithm.update_epochs` passes over the samples, each a backward and an optimizer step per adapter.
+    """`settings.update_epochs` passes over the samples, each a backward and an optimizer step per adapter.
 
     `advantages`: one per sample, in the same order (the loop's `compute_advantages`).
 
@@ -89,21 +91,19 @@ def update(
     pass computes them (the adapters have not moved since sampling) and stores them, detached, for
     the later passes, where the clip binds. Returns stats per agent, averaged over the passes.
     """
-    stats = {agent: AgentStats() for agent in team.spec.agents}
+    stats = {agent: AgentStats() for agent in settings.adapters}
     by_adapter: dict[str, list[Scored]] = defaultdict(list)
     for s, a in zip(samples, advantages, strict=True):
-        by_adapter[team.spec.adapter_of(s.agent)].append((s, a))
-    passes = team.spec.algorithm.update_epochs
+        by_adapter[settings.adapters[s.agent]].append((s, a))
+    passes = settings.update_epochs
     sampled: dict[tuple, torch.Tensor] | None = {} if passes > 1 else None  # (agent, prompt) -> old log-probs [K, Lc]
     for epoch in range(passes):
         for adapter in sorted(team.params):  # every adapter on every rank: the gradient all-reduce is collective
-            _update_adapter(
-                team, optimizers[adapter], adapter, by_adapter.get(adapter, []), stats, sampled, epoch == 0, sampler_logp
-            )
-    algo = team.spec.algorithm
-    if algo.lr_scheduler_type != "constant" or algo.warmup_steps or algo.warmup_ratio:
+            own = by_adapter.get(adapter, [])
+            _update_adapter(team, settings, optimizers[adapter], adapter, own, stats, sampled, epoch == 0, sampler_logp)
+    if settings.log_lr:
         for agent, st in stats.items():
-            st.lr = optimizers[team.spec.adapter_of(agent)].param_groups[0]["lr"]
+            st.lr = optimizers[settings.adapters[agent]].param_groups[0]["lr"]
     with warnings.catch_warnings():  # an adapter without samples this step has not stepped: its schedule moves on
         warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
         for schedule in getattr(optimizers, "schedulers", {}).values():  # make_optimizers' Optimizers
@@ -121,6 +121,7 @@ def update(
 
 def _update_adapter(
     team: Team,
+    settings: UpdateSettings,
     optimizer: torch.optim.Optimizer,
     adapter: str,
     own: list[Scored],
@@ -130,8 +131,7 @@ def _update_adapter(
     sampler_logp: dict[tuple, torch.Tensor] | None = None,
 ) -> None:
     """Accumulate the adapter's gradient group by group, then clip and step unless it is non-finite."""
-    algo = team.spec.algorithm
-    agents = sorted(a for a in team.spec.agents if team.spec.adapter_of(a) == adapter)
+    agents = settings.agents_of(adapter)
     counts = [len(own), sum(len(s.completion) for s, _ in own), *(any(s.agent == a for s, _ in own) for a in agents)]
     n_samples, total_tokens, *present = (int(x) for x in distributed.all_reduce_sum(counts))  # over all ranks
     if n_samples == 0:
@@ -143,12 +143,12 @@ def _update_adapter(
         batch, advantages = [s for s, _ in scored], [a for _, a in scored]
         if first:  # counted once however many passes
             st.tokens += sum(len(s.completion) for s in batch)
-            st.trained_tokens += sum(len(s.completion) for s, a in scored if algo.kl_coef > 0 or a != 0)
-        if algo.kl_coef == 0 and all(a == 0 for a in advantages):
+            st.trained_tokens += sum(len(s.completion) for s, a in scored if settings.kl_coef > 0 or a != 0)
+        if settings.kl_coef == 0 and all(a == 0 for a in advantages):
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
         theirs = None if sampler_logp is None else sampler_rows(adapter, batch, sampler_logp)  # (log-probs, recorded)
         old = None if sampled is None else sampled.get(key)
-        loss, logp = batch_loss(team, key[0], batch, advantages, st, old, theirs)
+        loss, logp = batch_loss(team, settings, key[0], batch, advantages, st, old, theirs)
         if first and theirs is not None:
             _add_gap(st, logp, *theirs)
         if sampled is not None and key not in sampled:
@@ -157,7 +157,7 @@ def _update_adapter(
         finite = finite and bool(torch.isfinite(loss))
         if finite:
             loss.backward()  # a non-finite loss never reaches the gradients
-    norm = guarded_step(optimizer, team.params[adapter], algo.max_grad_norm, finite)
+    norm = guarded_step(optimizer, team.params[adapter], settings.max_grad_norm, finite)
     for agent in (a for a, n in zip(agents, present, strict=True) if n):  # agents with samples on any rank
         stats[agent].grad_norm = norm
         stats[agent].skipped = stats[agent].skipped or not math.isfinite(norm)  # any pass skipped
@@ -199,6 +199,7 @@ def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:
 
 def batch_loss(
     team: Team,
+    settings: UpdateSettings,
     agent: str,
     batch: list[Sample],
     advantages: Sequence[float],
@@ -212,32 +213,30 @@ def batch_loss(
     `old_logp` [K, Lc]: the sampling policy's log-probs; None means this pass runs at the sampling
     policy (the first pass), so the ratio is 1 and the loss is the plain policy gradient.
     `sampler` (`sampler_rows`): the sampler's own log-probs and the mask of the tokens it recorded; with
-    `algorithm.tis_cap`, each token's policy-gradient term (not the KL) is multiplied by its detached weight
+    `settings.tis_cap`, each token's policy-gradient term (not the KL) is multiplied by its detached weight
     min(exp(old_logp - sampler log-prob), tis_cap), 1 on tokens the sampler did not record.
     """
-    spec = team.spec
-    algo, t = spec.algorithm, spec.train
-    cut = {"top_k": t.top_k, "top_p": t.top_p} if t.top_k or t.top_p < 1 else {}  # the distribution sampled from
+    cut = settings.truncation()  # the distribution sampled from
     model = team.activate(agent)
     tokenizer = team.tokenizer_of(agent)
     prompt = torch.tensor(batch[0].prompt)  # [Lp]
     ids, mask = pad([s.completion for s in batch], tokenizer.pad_token_id)  # [K, Lc]
     mask, adv = mask.to(model.device), torch.tensor(advantages, dtype=torch.float32, device=model.device)  # [K]
-    logp, entropy = group_logprobs(model, prompt, ids, t.temperature, shared_prompt=True, **cut)
+    logp, entropy = group_logprobs(model, prompt, ids, settings.temperature, shared_prompt=True, **cut)
     first = old_logp is None
     old_logp = logp.detach() if first else old_logp
-    per_token, clipped = ppo_clip_loss(logp, old_logp, adv, algo.clip_eps, algo.clip_eps_high)
-    if algo.tis_cap is not None and sampler is not None:  # weights from the first pass's log-probs, alike every pass
-        weights = recorded_is_weights(old_logp, *(t.to(model.device) for t in sampler), algo.tis_cap)  # [K, Lc]
+    per_token, clipped = ppo_clip_loss(logp, old_logp, adv, settings.clip_eps, settings.clip_eps_high)
+    if settings.tis_cap is not None and sampler is not None:  # weights from the first pass's log-probs, alike every pass
+        weights = recorded_is_weights(old_logp, *(t.to(model.device) for t in sampler), settings.tis_cap)  # [K, Lc]
         per_token = per_token * weights
         if first:
             st._sums["tis"] += float(masked_sum(weights, mask))
             st._sums["tis_tokens"] += float(mask.sum())
-    if algo.kl_coef > 0:
+    if settings.kl_coef > 0:
         with torch.no_grad(), model.disable_adapter():
-            ref_logp, _ = group_logprobs(model, prompt, ids, t.temperature, shared_prompt=True, **cut)
+            ref_logp, _ = group_logprobs(model, prompt, ids, settings.temperature, shared_prompt=True, **cut)
         kl = k3_kl(logp, ref_logp)
-        per_token = per_token + algo.kl_coef * kl
+        per_token = per_token + settings.kl_coef * kl
         st._sums["kl"] += float(masked_sum(kl.detach(), mask))
     loss = masked_sum(per_token, mask)
     st._sums["loss"] += float(loss.detach())

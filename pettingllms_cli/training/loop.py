@@ -64,6 +64,7 @@ from pettingllms_cli.training.progress import progress_bar, status_line
 from pettingllms_cli.training.resume import Learner, RunState, resume_everywhere
 from pettingllms_cli.training.rundir import prepare_run_dir
 from pettingllms_cli.training.tracking import Trackers, check_trackers
+from pettingllms_cli.training.update_settings import distill_settings, optim_settings, update_settings
 
 WALL_CLOCK_KEYS = (  # vary run to run
     "seconds",
@@ -116,7 +117,8 @@ def train_locked(
         with distributed.main_first():  # rank 0 fills the model cache before the others read it
             team = Team(spec)  # bases and adapters
         sampler = make_sampler(team, spec, closing)  # where rollouts sample
-        optimizers = make_optimizers(team)  # one AdamW per adapter
+        optimizers = make_optimizers(team, optim_settings(spec))  # one AdamW per adapter
+        updating, distilling = update_settings(spec), distill_settings(spec)  # what the algorithms read of the spec
         roles = role_assigner(spec)  # who plays which role in each episode
         settings = rollout_settings(spec)  # what the rollout reads of the spec
         distributed.on_main(check_disk_space, team, optimizers, run_dir)
@@ -149,12 +151,13 @@ def train_locked(
                 advantages, dropped = compute_advantages(spec, trainable, verdicts)  # advantage per sample, beside it
                 kept = [i for i, s in enumerate(trainable) if s.group not in dropped]  # algorithm.filter_zero_std
                 sampler_logp = sampler.take_logprobs()  # the sampled tokens' log-probs; None when the trainer sampled
-                stats = update(team, optimizers, [trainable[i] for i in kept], [advantages[i] for i in kept], sampler_logp)
+                kept_samples, kept_advantages = [trainable[i] for i in kept], [advantages[i] for i in kept]
+                stats = update(team, optimizers, kept_samples, kept_advantages, updating, sampler_logp)  # loss + step
                 sampler.push_adapters()  # vLLM samples the next step with the updated adapters
                 whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
                 roles.record(whole.assignment, [float(e.success) for e in played])  # adaptive roles learn
-                distilled = distill(team, optimizers, whole.samples, step)  # cross-agent distillation, every N steps
+                distilled = distill(team, optimizers, whole.samples, step, distilling)  # cross-agent distillation, every N steps
                 sampler.push_adapters()  # distillation stepped optimizers too
                 state = advance(state, stats, verdicts)
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)

@@ -77,9 +77,9 @@ def test_nan_gradient_skips_only_that_agents_update(smoke_spec) -> None:
 def nan_loss_for(agent: str):
     real = update_mod.batch_loss
 
-    def patched(team, settings, who, batch, advantages, st, old_logp=None, sampler=None):
-        loss, logp = real(team, settings, who, batch, advantages, st, old_logp, sampler)
-        return (loss * math.nan if who == agent else loss), logp
+    def patched(team, settings, who, batch, advantages, old_logp=None, sampler=None):
+        loss, logp, sums = real(team, settings, who, batch, advantages, old_logp, sampler)
+        return (loss * math.nan if who == agent else loss), logp, sums
 
     return patched
 

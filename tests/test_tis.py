@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from pettingllms_cli.algorithms.optim import make_optimizers
-from pettingllms_cli.algorithms.update import AgentStats, batch_loss, sampler_rows, update
+from pettingllms_cli.algorithms.stats import Sums
+from pettingllms_cli.algorithms.update import batch_loss, sampler_rows, update
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import logprob_key
@@ -37,18 +38,17 @@ def _record(batch: list[Sample], logp: torch.Tensor, shift: float, rows: int | N
     }
 
 
-def _loss_and_grads(team: Team, batch: list[Sample], record: dict | None) -> tuple[torch.Tensor, list[torch.Tensor], AgentStats]:
-    st = AgentStats()
+def _loss_and_grads(team: Team, batch: list[Sample], record: dict | None) -> tuple[torch.Tensor, list[torch.Tensor], Sums]:
     team.models[team.spec.base_of("caller")].zero_grad(set_to_none=True)
     rows = None if record is None else sampler_rows("caller", batch, record)
-    loss, _ = batch_loss(team, update_settings(team.spec), "caller", batch, ADVANTAGES, st, sampler=rows)
+    loss, _, st = batch_loss(team, update_settings(team.spec), "caller", batch, ADVANTAGES, sampler=rows)
     loss.backward()
     grads = [p.grad.clone() for p in team.params["caller"]]
     return loss.detach(), grads, st
 
 
 def _trainer_logp(team: Team, batch: list[Sample]) -> torch.Tensor:
-    _, logp = batch_loss(team, update_settings(team.spec), "caller", batch, ADVANTAGES, AgentStats())
+    _, logp, _ = batch_loss(team, update_settings(team.spec), "caller", batch, ADVANTAGES)
     return logp
 
 
@@ -57,8 +57,8 @@ def test_sampler_logprobs_equal_to_the_trainers_give_weight_1_and_the_plain_loss
     batch = one_prompt_samples(team)
     plain_loss, plain_grads, _ = _loss_and_grads(team, batch, None)
     loss, grads, st = _loss_and_grads(team, batch, _record(batch, _trainer_logp(team, batch), 0.0))
-    assert st._sums["tis"] / st._sums["tis_tokens"] == pytest.approx(1.0, abs=1e-6)
-    assert st._sums["tis_tokens"] == 6
+    assert st.tis / st.tis_tokens == pytest.approx(1.0, abs=1e-6)
+    assert st.tis_tokens == 6
     assert torch.allclose(loss, plain_loss, atol=1e-6)
     assert any(g.abs().sum() > 0 for g in plain_grads)
     assert all(torch.allclose(g, h, atol=1e-7) for g, h in zip(grads, plain_grads, strict=True))
@@ -69,7 +69,7 @@ def test_sampler_logprobs_far_below_the_trainers_are_truncated_at_the_cap(smoke_
     batch = one_prompt_samples(team)
     plain_loss, plain_grads, _ = _loss_and_grads(team, batch, None)
     loss, grads, st = _loss_and_grads(team, batch, _record(batch, _trainer_logp(team, batch), -20.0))  # ratio e^20
-    assert st._sums["tis"] / st._sums["tis_tokens"] == pytest.approx(CAP)
+    assert st.tis / st.tis_tokens == pytest.approx(CAP)
     assert torch.allclose(loss, CAP * plain_loss, atol=1e-5)  # every token's term doubled
     assert all(torch.allclose(g, CAP * h, atol=1e-6) for g, h in zip(grads, plain_grads, strict=True))
 
@@ -89,7 +89,7 @@ def test_without_tis_cap_the_sampler_logprobs_leave_the_loss_alone(smoke_tree):
     batch = one_prompt_samples(team)
     plain_loss, _, _ = _loss_and_grads(team, batch, None)
     loss, _, st = _loss_and_grads(team, batch, _record(batch, _trainer_logp(team, batch), -20.0))
-    assert torch.equal(loss, plain_loss) and "tis" not in st._sums
+    assert torch.equal(loss, plain_loss) and st.tis_tokens == 0
 
 
 @pytest.mark.parametrize(

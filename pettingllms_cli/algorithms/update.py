@@ -25,11 +25,11 @@ optimizer state stay as they were.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
@@ -38,27 +38,11 @@ from pettingllms_cli.algorithms.grpo import k3_kl, masked_sum, ppo_clip_loss
 from pettingllms_cli.algorithms.offpolicy import logprob_gap, recorded_is_weights
 from pettingllms_cli.algorithms.optim import guarded_step
 from pettingllms_cli.algorithms.settings import UpdateSettings
+from pettingllms_cli.algorithms.stats import RANK_SUMMED, AgentStats, Sums, agent_stats
 from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import group_logprobs, logprob_key, pad
 from pettingllms_cli.rollout.records import Sample
-
-
-@dataclass
-class AgentStats:
-    loss: float = 0.0
-    kl: float = 0.0
-    entropy: float = 0.0
-    clip_frac: float = 0.0
-    tokens: int = 0  # completion tokens in the loss's token mean (its denominator)
-    trained_tokens: int = 0  # of those, the tokens whose loss has a gradient (non-zero advantage, or kl_coef > 0)
-    grad_norm: float = 0.0
-    skipped: bool = False
-    logprob_gap: float | None = None  # mean |sampler - trainer| log-prob per token; only with a sampler's log-probs
-    tis_weight: float | None = None  # mean truncated importance weight per token; only with algorithm.tis_cap
-    lr: float | None = None  # the learning rate the step trained at; only with a schedule (algorithm.lr_scheduler_type)
-    _sums: dict = field(default_factory=lambda: defaultdict(float))
-
 
 Scored = tuple[Sample, float]  # a sample and its advantage (the loop computes advantages beside the samples)
 
@@ -91,7 +75,9 @@ def update(
     pass computes them (the adapters have not moved since sampling) and stores them, detached, for
     the later passes, where the clip binds. Returns stats per agent, averaged over the passes.
     """
-    stats = {agent: AgentStats() for agent in settings.adapters}
+    sums = {agent: Sums() for agent in settings.adapters}
+    norms: dict[str, float] = {}  # agent -> its adapter's last gradient norm (NaN: that pass was skipped)
+    skipped: set[str] = set()  # agents whose adapter skipped any pass
     by_adapter: dict[str, list[Scored]] = defaultdict(list)
     for s, a in zip(samples, advantages, strict=True):
         by_adapter[settings.adapters[s.agent]].append((s, a))
@@ -100,23 +86,18 @@ def update(
     for epoch in range(passes):
         for adapter in sorted(team.params):  # every adapter on every rank: the gradient all-reduce is collective
             own = by_adapter.get(adapter, [])
-            _update_adapter(team, settings, optimizers[adapter], adapter, own, stats, sampled, epoch == 0, sampler_logp)
-    if settings.log_lr:
-        for agent, st in stats.items():
-            st.lr = optimizers[settings.adapters[agent]].param_groups[0]["lr"]
+            norm, present = _update_adapter(
+                team, settings, optimizers[adapter], adapter, own, sums, sampled, epoch == 0, sampler_logp
+            )
+            norms |= dict.fromkeys(present, norm)
+            skipped |= set(present) if not math.isfinite(norm) else set()
+    lrs = {agent: optimizers[a].param_groups[0]["lr"] if settings.log_lr else None for agent, a in settings.adapters.items()}
     with warnings.catch_warnings():  # an adapter without samples this step has not stepped: its schedule moves on
         warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step", UserWarning)
         for schedule in getattr(optimizers, "schedulers", {}).values():  # make_optimizers' Optimizers
             schedule.step()  # one learning-rate step per training step, however many passes it made
-    _sum_over_ranks(stats)
-    for st in stats.values():
-        n = max(st.tokens, 1) * passes  # the sums cover every pass
-        st.loss, st.kl, st.entropy, st.clip_frac = (st._sums[k] / n for k in ("loss", "kl", "entropy", "clip"))
-        if st._sums.get("gap_tokens"):
-            st.logprob_gap = st._sums["gap"] / st._sums["gap_tokens"]
-        if st._sums.get("tis_tokens"):
-            st.tis_weight = st._sums["tis"] / st._sums["tis_tokens"]
-    return stats
+    sums = _sum_over_ranks(sums)
+    return {a: agent_stats(sums[a], passes, norms.get(a, 0.0), a in skipped, lrs[a]) for a in settings.adapters}
 
 
 def _update_adapter(
@@ -125,32 +106,34 @@ def _update_adapter(
     optimizer: torch.optim.Optimizer,
     adapter: str,
     own: list[Scored],
-    stats: dict[str, AgentStats],
+    sums: dict[str, Sums],
     sampled: dict[tuple, torch.Tensor] | None,
     first: bool,
     sampler_logp: dict[tuple, torch.Tensor] | None = None,
-) -> None:
-    """Accumulate the adapter's gradient group by group, then clip and step unless it is non-finite."""
+) -> tuple[float, list[str]]:
+    """Accumulate the adapter's gradient group by group into `sums`, then clip and step unless it is non-finite;
+    returns the gradient norm (NaN: skipped) and the agents with samples on any rank (none: no step)."""
     agents = settings.agents_of(adapter)
     counts = [len(own), sum(len(s.completion) for s, _ in own), *(any(s.agent == a for s, _ in own) for a in agents)]
     n_samples, total_tokens, *present = (int(x) for x in distributed.all_reduce_sum(counts))  # over all ranks
     if n_samples == 0:
-        return  # no rank has samples for this adapter
+        return math.nan, []  # no rank has samples for this adapter
     optimizer.zero_grad(set_to_none=True)
     finite = True
     for key, scored in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0][0].group):
-        st = stats[key[0]]
+        agent = key[0]
         batch, advantages = [s for s, _ in scored], [a for _, a in scored]
         if first:  # counted once however many passes
-            st.tokens += sum(len(s.completion) for s in batch)
-            st.trained_tokens += sum(len(s.completion) for s, a in scored if settings.kl_coef > 0 or a != 0)
+            trained = sum(len(s.completion) for s, a in scored if settings.kl_coef > 0 or a != 0)
+            sums[agent] += Sums(tokens=sum(len(s.completion) for s in batch), trained_tokens=trained)
         if settings.kl_coef == 0 and all(a == 0 for a in advantages):
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
         theirs = None if sampler_logp is None else sampler_rows(adapter, batch, sampler_logp)  # (log-probs, recorded)
         old = None if sampled is None else sampled.get(key)
-        loss, logp = batch_loss(team, settings, key[0], batch, advantages, st, old, theirs)
+        loss, logp, part = batch_loss(team, settings, agent, batch, advantages, old, theirs)
+        sums[agent] += part
         if first and theirs is not None:
-            _add_gap(st, logp, *theirs)
+            sums[agent] += gap_sums(logp, *theirs)
         if sampled is not None and key not in sampled:
             sampled[key] = logp  # the sampling policy's log-probs, for the later passes
         loss = loss / total_tokens
@@ -158,10 +141,8 @@ def _update_adapter(
         if finite:
             loss.backward()  # a non-finite loss never reaches the gradients
     norm = guarded_step(optimizer, team.params[adapter], settings.max_grad_norm, finite)
-    for agent in (a for a, n in zip(agents, present, strict=True) if n):  # agents with samples on any rank
-        stats[agent].grad_norm = norm
-        stats[agent].skipped = stats[agent].skipped or not math.isfinite(norm)  # any pass skipped
     release_freed_memory()  # this adapter's activations: freed, so the next agent does not stack its own on top
+    return norm, [a for a, n in zip(agents, present, strict=True) if n]
 
 
 def sampler_rows(adapter: str, batch: list[Sample], sampler_logp: dict[tuple, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,24 +158,24 @@ def sampler_rows(adapter: str, batch: list[Sample], sampler_logp: dict[tuple, to
     return logps, recorded
 
 
-def _add_gap(st: AgentStats, logp: torch.Tensor, sampler: torch.Tensor, recorded: torch.Tensor) -> None:
-    """Add the |sampler - trainer| log-prob sum over the tokens the sampler recorded to `st`. All [K, Lc]."""
+def gap_sums(logp: torch.Tensor, sampler: torch.Tensor, recorded: torch.Tensor) -> Sums:
+    """The |sampler - trainer| log-prob sum over the tokens the sampler recorded, and their count. All [K, Lc]."""
     tokens = float(recorded.sum())
-    st._sums["gap"] += float(logprob_gap(sampler, logp.float().cpu(), recorded)) * tokens
-    st._sums["gap_tokens"] += tokens
+    return Sums(gap=float(logprob_gap(sampler, logp.float().cpu(), recorded)) * tokens, gap_tokens=tokens)
 
 
-def _sum_over_ranks(stats: dict[str, AgentStats]) -> None:
-    """Sum each agent's token counts and loss sums over ranks, so the means cover every rank's samples."""
+def _sum_over_ranks(sums: dict[str, Sums]) -> dict[str, Sums]:
+    """Each agent's token counts and loss sums added over ranks, so the means cover every rank's samples (the
+    sampler's gap and weights stay this rank's)."""
     if distributed.world_size() == 1:
-        return
-    keys = ("loss", "kl", "entropy", "clip")
-    agents = sorted(stats)
-    rows = [[stats[a].tokens, stats[a].trained_tokens, *(stats[a]._sums[k] for k in keys)] for a in agents]
-    totals = distributed.all_reduce_sum(rows)  # [A, 6]
-    for agent, (tokens, trained, *sums) in zip(agents, totals.tolist(), strict=True):
-        stats[agent].tokens, stats[agent].trained_tokens = int(tokens), int(trained)
-        stats[agent]._sums.update(zip(keys, sums, strict=True))
+        return sums
+    agents = sorted(sums)
+    totals = distributed.all_reduce_sum([[getattr(sums[a], k) for k in RANK_SUMMED] for a in agents])  # [A, 6]
+    out = {}
+    for agent, row in zip(agents, totals.tolist(), strict=True):
+        added = {k: int(v) if k.endswith("tokens") else v for k, v in zip(RANK_SUMMED, row, strict=True)}
+        out[agent] = dataclasses.replace(sums[agent], **added)
+    return out
 
 
 def batch_loss(
@@ -203,12 +184,11 @@ def batch_loss(
     agent: str,
     batch: list[Sample],
     advantages: Sequence[float],
-    st: AgentStats,
     old_logp: torch.Tensor | None = None,
     sampler: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-summed PPO-clip (+ KL) loss of one prompt's K completions with their K `advantages`, and their log-probs
-    (detached); adds to `st`.
+) -> tuple[torch.Tensor, torch.Tensor, Sums]:
+    """Token-summed PPO-clip (+ KL) loss of one prompt's K completions with their K `advantages`, their log-probs
+    (detached), and the group's sums of the loss, KL, entropy, clipped tokens and importance weights.
 
     `old_logp` [K, Lc]: the sampling policy's log-probs; None means this pass runs at the sampling
     policy (the first pass), so the ratio is 1 and the loss is the plain policy gradient.
@@ -226,20 +206,25 @@ def batch_loss(
     first = old_logp is None
     old_logp = logp.detach() if first else old_logp
     per_token, clipped = ppo_clip_loss(logp, old_logp, adv, settings.clip_eps, settings.clip_eps_high)
+    tis = {}
     if settings.tis_cap is not None and sampler is not None:  # weights from the first pass's log-probs, alike every pass
         weights = recorded_is_weights(old_logp, *(t.to(model.device) for t in sampler), settings.tis_cap)  # [K, Lc]
         per_token = per_token * weights
         if first:
-            st._sums["tis"] += float(masked_sum(weights, mask))
-            st._sums["tis_tokens"] += float(mask.sum())
+            tis = {"tis": float(masked_sum(weights, mask)), "tis_tokens": float(mask.sum())}
+    kl_sum = 0.0
     if settings.kl_coef > 0:
         with torch.no_grad(), model.disable_adapter():
             ref_logp, _ = group_logprobs(model, prompt, ids, settings.temperature, shared_prompt=True, **cut)
         kl = k3_kl(logp, ref_logp)
         per_token = per_token + settings.kl_coef * kl
-        st._sums["kl"] += float(masked_sum(kl.detach(), mask))
+        kl_sum = float(masked_sum(kl.detach(), mask))
     loss = masked_sum(per_token, mask)
-    st._sums["loss"] += float(loss.detach())
-    st._sums["entropy"] += float(masked_sum(entropy, mask))
-    st._sums["clip"] += float(masked_sum(clipped.float(), mask))
-    return loss, logp.detach()
+    part = Sums(
+        loss=float(loss.detach()),
+        kl=kl_sum,
+        entropy=float(masked_sum(entropy, mask)),
+        clip=float(masked_sum(clipped.float(), mask)),
+        **tis,
+    )
+    return loss, logp.detach(), part

@@ -10,7 +10,7 @@ from collections import defaultdict
 import torch
 
 from pettingllms_cli.algorithms.grpo import zero_std_groups
-from pettingllms_cli.algorithms.update import AgentStats
+from pettingllms_cli.algorithms.stats import AgentStats
 from pettingllms_cli.analysis.evaluate import evaluate
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.jsonio import clean_metrics

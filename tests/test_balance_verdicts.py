@@ -51,17 +51,17 @@ def _judge_samples(due: list[bool]) -> list[Sample]:
             r = judged(said, d)
             samples.append(
                 Sample(
-                    "verifier",  # an agent of the smoke spec
-                    "validator",
-                    0,
-                    f"p{g}",
-                    (f"p{g}", "validator", 0),
-                    [1],
-                    torch.tensor([2]),
-                    "Yes." if said else "No.",
-                    r,
-                    0.0,
-                    r,
+                    agent="verifier",
+                    role="validator",
+                    turn=0,
+                    problem_id=f"p{g}",
+                    group=(f"p{g}", "validator", 0),
+                    prompt=[1],
+                    completion=torch.tensor([2]),
+                    text="Yes." if said else "No.",
+                    reward=r,
+                    team_reward=0.0,
+                    local_reward=r,
                     verdict_due=d,
                 )
             )
@@ -89,8 +89,32 @@ def test_cases_add_up_over_steps_and_other_roles_are_untouched(smoke_tree):
     samples = _judge_samples([True, False])
     seen = tally_verdicts(spec, {"verifier": [0, 4]}, samples)
     assert seen == {"verifier": [2, 6]}  # this step's 2 + 0 judged actions due approval, 2 + 4 due sending back
-    caller = Sample("caller", "tool_caller", 0, "p9", ("p9", "tool_caller", 0), [1], torch.tensor([2]), "x", 1.0, 1.0, 0.0)
-    other = Sample("caller", "tool_caller", 0, "p9", ("p9", "tool_caller", 0), [1], torch.tensor([2]), "y", 0.0, 0.0, 0.0)
+    caller = Sample(
+        agent="caller",
+        role="tool_caller",
+        turn=0,
+        problem_id="p9",
+        group=("p9", "tool_caller", 0),
+        prompt=[1],
+        completion=torch.tensor([2]),
+        text="x",
+        reward=1.0,
+        team_reward=1.0,
+        local_reward=0.0,
+    )
+    other = Sample(
+        agent="caller",
+        role="tool_caller",
+        turn=0,
+        problem_id="p9",
+        group=("p9", "tool_caller", 0),
+        prompt=[1],
+        completion=torch.tensor([2]),
+        text="y",
+        reward=0.0,
+        team_reward=0.0,
+        local_reward=0.0,
+    )
     plain = [caller, other]
     advantages, _ = compute_advantages(spec, plain, seen)
     assert [round(a, 3) for a in advantages] == [0.707, -0.707]  # GRPO's own advantages

@@ -49,7 +49,21 @@ def samples_for(team: Team) -> list[Sample]:
         prompt = team.encode(agent, [{"role": "user", "content": "Tom has 12 apples and buys 7 more."}])
         for k, adv in enumerate((1.0, -1.0)):
             ids = torch.tensor([5 + k, 6, 7])
-            out.append(Sample(agent, role, 0, "p0", ("p0", role, 0), prompt, ids, "", adv, 0.0, adv))
+            out.append(
+                Sample(
+                    agent=agent,
+                    role=role,
+                    turn=0,
+                    problem_id="p0",
+                    group=("p0", role, 0),
+                    prompt=prompt,
+                    completion=ids,
+                    text="",
+                    reward=adv,
+                    team_reward=0.0,
+                    local_reward=adv,
+                )
+            )
     return out
 
 

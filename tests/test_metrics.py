@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from dataclasses import replace
 
 import torch
 
@@ -62,7 +63,8 @@ def test_best_branch_solves_where_the_policys_own_sample_does_not(smoke_tree):
     team = ScriptedTeam({"solver": [WRONG, RIGHT]}, {"solver": "solver"})
     envs = [MathToolEnv(PROBLEM, "single", 1, {})]
     rollout = tree_rollout(team, s, envs, k=2)
-    rollout.on_policy, rollout.on_policy_tokens = on_policy_episodes(team, s, envs, rollout)
+    on_policy, tokens = on_policy_episodes(team, s, envs, rollout)
+    rollout = replace(rollout, on_policy=on_policy, on_policy_tokens=tokens)
     m = metrics_of(s, rollout)
     assert m["best_branch_success_rate"] == 1.0  # the tree kept the right candidate
     assert m["team_success_rate"] == 0.0  # the policy's own draw (candidate 0) was wrong
@@ -78,7 +80,8 @@ def test_the_on_policy_path_samples_its_own_actions_once_it_leaves_the_tree(smok
     envs = [MathToolEnv(PROBLEM, "multi", 1, {})]
     rollout = tree_rollout(team, s, envs, k=2)
     before = len(team.generated)
-    rollout.on_policy, rollout.on_policy_tokens = on_policy_episodes(team, s, envs, rollout)
+    on_policy, tokens = on_policy_episodes(team, s, envs, rollout)
+    rollout = replace(rollout, on_policy=on_policy, on_policy_tokens=tokens)
     # The tree went on from the call that ran; the on-policy episode from the broken one, so its verifier
     # saw another calculator result and drew its own answer (one sample, k=1).
     assert team.generated[before:] == [("verifier", 1)] and rollout.on_policy_tokens == 1
@@ -132,7 +135,19 @@ def test_a_step_whose_only_group_tied_trains_nothing_and_says_so(smoke_tree):
     prompt = team.encode("caller", [{"role": "user", "content": "What is 12+7?"}])
     group = ("p0", "tool_caller", 0)
     samples = [
-        Sample("caller", "tool_caller", 0, "p0", group, prompt, torch.tensor(ids), "", 0.5, 0.5, 0.0)
+        Sample(
+            agent="caller",
+            role="tool_caller",
+            turn=0,
+            problem_id="p0",
+            group=group,
+            prompt=prompt,
+            completion=torch.tensor(ids),
+            text="",
+            reward=0.5,
+            team_reward=0.5,
+            local_reward=0.0,
+        )
         for ids in ([11, 12, 13], [21, 22])
     ]
     tied = group_advantages(torch.tensor([0.5, 0.5]), [group, group]).tolist()  # the group tied: 0 and 0
@@ -153,7 +168,6 @@ def test_a_step_whose_only_group_tied_trains_nothing_and_says_so(smoke_tree):
 
 def test_actions_total_counts_play_outs_and_intents(smoke_tree):
     s = spec(smoke_tree, "single")
-    rollout = Rollout(samples=[], lookahead_actions=6)
-    rollout.intent_actions = 2
+    rollout = Rollout(samples=[], lookahead_actions=6, intent_actions=2)
     spent = compute_metrics(s, rollout, {"solver": AgentStats()})
     assert spent["actions_total"] == 8 and spent["playout_actions"] == 6 and spent["intent_actions"] == 2

@@ -25,7 +25,20 @@ def _samples(team: Team) -> tuple[torch.Tensor, list[Sample]]:
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 200, (2, 4), generator=generator)  # two completions of 4 tokens, no EOS, no padding
     samples = [
-        Sample("caller", "tool_caller", 0, "p0", ("p0", "tool_caller", 0), prompt, ids[i], "", 0.0, 0.0, 0.0) for i in range(2)
+        Sample(
+            agent="caller",
+            role="tool_caller",
+            turn=0,
+            problem_id="p0",
+            group=("p0", "tool_caller", 0),
+            prompt=prompt,
+            completion=ids[i],
+            text="",
+            reward=0.0,
+            team_reward=0.0,
+            local_reward=0.0,
+        )
+        for i in range(2)
     ]
     return torch.tensor(prompt), samples
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from pettingllms_cli.algorithms.distill import best_trajectories, encode_pair
@@ -77,9 +79,20 @@ def test_the_callers_retry_is_not_told_a_right_call_was_wrong():
 
 
 def _sample(text: str, reward: float, success: bool, ids: list[int]) -> Sample:
-    s = Sample("caller", "tool_caller", 0, "p0", ("p0",), [1], torch.tensor(ids), text, reward, reward, 0.0)
-    s.team_success = success
-    return s
+    return Sample(
+        agent="caller",
+        role="tool_caller",
+        turn=0,
+        problem_id="p0",
+        group=("p0",),
+        prompt=[1],
+        completion=torch.tensor(ids),
+        text=text,
+        reward=reward,
+        team_reward=reward,
+        local_reward=0.0,
+        team_success=success,
+    )
 
 
 def test_distillation_keeps_only_untruncated_samples_that_led_to_success():
@@ -94,8 +107,7 @@ def test_a_truncated_sample_gets_no_eos(smoke_spec):
     team = Team(smoke_spec)
     eos = team.tokenizer_of("caller").eos_token_id
     messages = [{"role": "user", "content": "What is 2+3?"}]
-    ended, cut = (_sample("5", 1.0, True, ids) for ids in ([7, eos], [7, 8]))
-    ended.messages = cut.messages = messages
+    ended, cut = (replace(_sample("5", 1.0, True, ids), messages=messages) for ids in ([7, eos], [7, 8]))
     assert int(encode_pair(team, "verifier", ended)[1][0, -1]) == eos
     assert int(encode_pair(team, "verifier", cut)[1][0, -1]) != eos
 

@@ -13,6 +13,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.collect import rollout
 from pettingllms_cli.rollout.credit import combine
 from pettingllms_cli.rollout.episodes import make_envs
+from pettingllms_cli.rollout.records import Rollout, Sample
 from pettingllms_cli.rollout.settings import CoordinationSettings, RewardSettings, RolloutSettings
 
 PROBLEMS = [
@@ -78,3 +79,15 @@ def test_the_settings_are_frozen_and_built_from_a_spec(smoke_spec):
     assert settings.reward.local_weight == 0.5 and settings.coordination.protocol == "none"
     with pytest.raises(FrozenInstanceError):
         settings.temperature = 0.5  # type: ignore[misc]
+
+
+def test_a_sample_is_frozen_and_built_by_keyword():
+    fields = {"agent": "caller", "role": "tool_caller", "turn": 0, "problem_id": "p0", "group": ("p0",), "prompt": [1]}
+    fields |= {"completion": torch.tensor([2]), "text": "x", "reward": 1.0, "team_reward": 1.0, "local_reward": 0.0}
+    sample = Sample(**fields)
+    with pytest.raises(TypeError):
+        Sample(*fields.values())  # positional: which float is which reward would be the reader's guess
+    with pytest.raises(FrozenInstanceError):
+        sample.reward = 0.0  # type: ignore[misc]
+    with pytest.raises(FrozenInstanceError):
+        Rollout().tokens = 1  # type: ignore[misc]

@@ -222,11 +222,23 @@ def test_distillation_lowers_the_targets_nll_on_the_sources_trajectories(smoke_t
     obs = env.observe("tool_caller")
     texts = [obs[-1]["content"] + '12+7"}}</tool_call>', obs[-1]["content"] + "xx"]
     samples = [
-        Sample("caller", "tool_caller", 0, "p0", ("p0",), [1], torch.tensor([1]), t, r, r, 0.0, messages=obs)
+        Sample(
+            agent="caller",
+            role="tool_caller",
+            turn=0,
+            problem_id="p0",
+            group=("p0",),
+            prompt=[1],
+            completion=torch.tensor([1]),
+            text=t,
+            reward=r,
+            team_reward=r,
+            local_reward=0.0,
+            messages=obs,
+            team_success=True,
+        )
         for t, r in zip(texts, (1.0, 0.5), strict=True)
-    ]
-    for s in samples:
-        s.team_success = True  # distillation imitates only samples after which the team succeeded
+    ]  # team_success: distillation imitates only samples after which the team succeeded
     before = nll(team, "verifier", samples)[0].item()
     optimizers = make_optimizers(team, optim_settings(team.spec))
     for step in range(3):

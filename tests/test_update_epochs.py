@@ -29,7 +29,22 @@ def one_prompt_samples(team: Team) -> list[Sample]:
     prompt = team.encode("caller", [{"role": "user", "content": "What is 12+7?"}])
     group = ("p0", "tool_caller", 0)
     completions = (torch.tensor([11, 12, 13, 14]), torch.tensor([21, 22]))
-    return [Sample("caller", "tool_caller", 0, "p0", group, prompt, ids, "", 0.0, 0.0, 0.0) for ids in completions]
+    return [
+        Sample(
+            agent="caller",
+            role="tool_caller",
+            turn=0,
+            problem_id="p0",
+            group=group,
+            prompt=prompt,
+            completion=ids,
+            text="",
+            reward=0.0,
+            team_reward=0.0,
+            local_reward=0.0,
+        )
+        for ids in completions
+    ]
 
 
 def test_one_pass_is_the_on_policy_step(smoke_tree) -> None:

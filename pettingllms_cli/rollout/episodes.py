@@ -14,7 +14,7 @@ from pettingllms_cli.rollout.coordination import Play
 from pettingllms_cli.rollout.settings import RolloutSettings
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Episode:
     """What one played episode did."""
 
@@ -41,8 +41,9 @@ def record(play: Play) -> Episode:
     state = {key: value for key, value in env.state().items() if key != "transcript"}
     state |= {"intent_agreement": play.intent_agreement, "transcript": transcript}
     return Episode(
-        env.problem.id, env.problem.question, bool(env.success), env.attempts, turns, transcript, play.intent_checks, state
-    )
+        id=env.problem.id, question=env.problem.question, success=bool(env.success), attempts=env.attempts, turns=turns,
+        transcript=transcript, intent_checks=play.intent_checks, state=state,
+    )  # fmt: skip
 
 
 def make_envs(settings: RolloutSettings, problems: list[Problem]) -> list[TurnEnv]:

@@ -242,5 +242,8 @@ def credit(settings: RolloutSettings, options: ExternalOptions, run: Run) -> tup
         transcript.append({"turn": call.index, "role": call.agent, "text": call.text, "call": call.id})
     state = {"env": "external", "problem": asdict(problem), "success": success, "reward": team, "error": run.error}
     state["transcript"] = transcript
-    episode = Episode(problem.id, problem.question, success, 1 if success else None, len(run.calls), transcript, [], state)
+    episode = Episode(
+        id=problem.id, question=problem.question, success=success, attempts=1 if success else None, turns=len(run.calls),
+        transcript=transcript, intent_checks=[], state=state,
+    )  # fmt: skip
     return samples, episode

@@ -1,6 +1,8 @@
 """What a rollout hands the layers below the pipeline: scored samples (one per sampled action) and the step's
 episodes as `Episode` records (episodes.py), with what sampling cost. Plain data: it is gathered
-across ranks, and the algorithms read nothing else.
+across ranks, and the algorithms read nothing else. The records are frozen and built by keyword: a
+rollout builds each once, when everything it holds is known, and the layers above never write into
+them (advantages travel beside the samples, training/loop.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pettingllms_cli.rollout.episodes import Episode
 from pettingllms_cli.rollout.roles import Assignment
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Sample:
     agent: str
     role: str
@@ -27,14 +29,13 @@ class Sample:
     reward: float
     team_reward: float
     local_reward: float  # the credited local term (the env's own, or the difference to a no-op)
-    advantage: float = 0.0
     env_local_reward: float = 0.0  # the env's own local reward, whatever the credit
     messages: list[Message] = field(default_factory=list)  # the observation (text level, for distillation)
     team_success: bool = False  # the team had solved the problem once this action's turn (tree) or episode (parallel) ended
     verdict_due: bool | None = None  # a judge's action: the verdict the facts called for (envs/review.py `DUE`); else None
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Rollout:
     samples: list[Sample] = field(default_factory=list)
     episodes: list[Episode] = field(default_factory=list)  # what each episode did (the tree's: its best branch)

@@ -269,14 +269,18 @@ def gather_rollout(rollout: Rollout) -> Rollout:
         return rollout
     tokens = int(distributed.all_reduce_sum([rollout.tokens])[0])
     seconds = max(distributed.gather([rollout.seconds]))  # ranks sample side by side: the slowest sets the pace
-    whole = Rollout(distributed.gather(rollout.samples), distributed.gather(rollout.episodes), tokens, seconds)
-    whole.assignment = distributed.gather(rollout.assignment)  # role -> agent of each episode, in episode order
-    whole.on_policy = distributed.gather(rollout.on_policy)
-    whole.on_policy_tokens = int(distributed.all_reduce_sum([rollout.on_policy_tokens])[0])
-    whole.lookahead_actions = int(distributed.all_reduce_sum([rollout.lookahead_actions])[0])
-    whole.intent_actions = int(distributed.all_reduce_sum([rollout.intent_actions])[0])
-    whole.on_policy_seconds = max(distributed.gather([rollout.on_policy_seconds]))
-    return whole
+    return Rollout(  # frozen: built once, by keyword
+        samples=distributed.gather(rollout.samples),
+        episodes=distributed.gather(rollout.episodes),
+        tokens=tokens,
+        seconds=seconds,
+        assignment=distributed.gather(rollout.assignment),  # role -> agent of each episode, in episode order
+        on_policy=distributed.gather(rollout.on_policy),
+        on_policy_tokens=int(distributed.all_reduce_sum([rollout.on_policy_tokens])[0]),
+        lookahead_actions=int(distributed.all_reduce_sum([rollout.lookahead_actions])[0]),
+        intent_actions=int(distributed.all_reduce_sum([rollout.intent_actions])[0]),
+        on_policy_seconds=max(distributed.gather([rollout.on_policy_seconds])),
+    )
 
 
 def tally_verdicts(spec: Experiment, seen: dict[str, list[int]], samples: list[Sample]) -> dict[str, list[int]]:

@@ -45,7 +45,7 @@ from pydantic import Field
 from pettingllms_cli.envs import bfcl_rules, review
 from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, split_records
 from pettingllms_cli.envs.bfcl_data import load_bfcl
-from pettingllms_cli.envs.judging import TEAM, Draft, ReviewedEnv, reference_verdict
+from pettingllms_cli.envs.judging import TEAM, Draft, ReviewedEnv
 from pettingllms_cli.tools.calls import OPEN, ToolCall, parse_tool_call, render_tool_call, strip_tool_results
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -139,7 +139,7 @@ class FunctionCallEnv(ReviewedEnv):
         "team": TEAM,
         "solo": ("caller",),
     }
-    deferred_roles = frozenset({"planner", "validator"})  # the team reward moves only once the caller (reader) acts
+    judges = {"validator": VALIDATOR, "reader": READER}
 
     def _reset_task(self) -> None:
         super()._reset_task()
@@ -159,14 +159,10 @@ class FunctionCallEnv(ReviewedEnv):
         return self.opts.scoring == "lenient"
 
     # --- observations ---------------------------------------------------------------------
-    def observe(self, role: str) -> list[Message]:
+    def _prompt(self, role: str) -> list[Message]:
         request = f"Request: {self.problem.question}"
         if self.feedback:
             request += f"\n{self.feedback}"
-        if role == "validator":
-            return VALIDATOR.prompt(self._validator_case())
-        if role == "reader":
-            return READER.prompt(self._reader_case())
         if role == "planner" and self.layout == "multi":
             names = "\n".join(f"- {f['name']}: {f.get('description', '')[:80]}" for f in self.functions)
             return [
@@ -185,12 +181,11 @@ class FunctionCallEnv(ReviewedEnv):
             {"role": "assistant", "content": prefix},
         ]
 
-    def _validator_case(self) -> str:
-        called = {c.name for c in self._drafted()}
-        fns = [f for f in self.functions if f["name"] in called] or self.functions
-        return "\n".join(f"Function: {signature(f)}" for f in fns) + f"\nCall: {self._shown()}"
-
-    def _reader_case(self) -> str:
+    def _case(self, role: str) -> str:
+        if role == "validator":
+            called = {c.name for c in self._drafted()}
+            fns = [f for f in self.functions if f["name"] in called] or self.functions
+            return "\n".join(f"Function: {signature(f)}" for f in fns) + f"\nCall: {self._shown()}"
         result = f"error: {self.refused}" if self.refused else "ran" if self.ran else "(nothing ran)"
         return f"Request: {self.problem.question}\nCall: {self._shown()}\nResult: {result}"
 
@@ -202,9 +197,9 @@ class FunctionCallEnv(ReviewedEnv):
 
     # --- actions ----------------------------------------------------------------------------
     def _act(self, role: str, text: str) -> Outcome:
-        text = strip_tool_results(text)
-        if self.layout in ("team", "solo"):
-            return self._review_step(role, text)
+        return super()._act(role, strip_tool_results(text))
+
+    def _act_unreviewed(self, role: str, text: str) -> Outcome:
         return self._choose(text) if role == "planner" else self._call(text)
 
     def _choose(self, text: str) -> Outcome:
@@ -266,21 +261,17 @@ class FunctionCallEnv(ReviewedEnv):
         return f"Your last call was rejected: {refusal}."
 
     # --- reference and corrupted actions ----------------------------------------------------
-    def reference_action(self, role: str) -> str:
-        if role in ("validator", "reader"):
-            return reference_verdict(role, self.draft)
+    def _reference_call(self, role: str) -> str:
         if role == "planner" and self.layout == "multi":
             return PLAN_PREFIX + next(iter(self.gold[0]))
         schemas = {f["name"]: f for f in self.functions}
         calls = [ToolCall(name, _reference_args(args, _required(schemas[name]))) for g in self.gold for name, args in g.items()]
         return "".join(render_tool_call(c) for c in calls)
 
-    def corrupted_actions(self, role: str) -> list[str]:
+    def _corrupted_calls(self, role: str) -> list[str]:
         """Wrong function and wrong value (for the planner: a function that is not offered)."""
         if role == "planner" and self.layout == "multi":
             return [PLAN_PREFIX + "no_such_function"]
-        if role in ("validator", "reader"):
-            return []
         name, args = next(iter(self.gold[0].items()))
         good = _reference_args(args, _required({f["name"]: f for f in self.functions}[name]))
         wrong_value = dict(good)

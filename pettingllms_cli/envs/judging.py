@@ -10,19 +10,26 @@ writer with `_refusal_line`, the same line in both arms, whoever let it through.
 validator rightly sent back because the tool would refuse it comes back with that same line
 after the validator's words, because the lone agent would have heard it for the same call.
 
-An env supplies four things: `_check` (a call as written, checked against the tool and the
-answer key but not run), `_run` (run it, the action's info), `_hand_in` (make its result the
-team's answer) and `_refusal_line`.
+This module is the one home of that protocol for both envs: the judges' turns, their prompts' dispatch
+(`judges`, `_case`), their reference verdicts and the roles whose team term is deferred. An env supplies
+its two judges' words (`judges`: envs/review.py `Judge`s) and the case each reads (`_case`), `_check` (a
+call as written, checked against the tool and the answer key but not run), `_run` (run it, the action's
+info), `_hand_in` (make its result the team's answer), `_refusal_line`, and for its other layouts and roles
+`_prompt`, `_act_unreviewed` and `_reference_call`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from pettingllms_cli.envs import review
 from pettingllms_cli.envs.base import Outcome, TurnEnv
+from pettingllms_cli.envs.messages import Message
 
 TEAM = ("planner", "validator", "reader")  # the `team` layout's roles in turn order
+JUDGES = ("validator", "reader")  # the `team` roles that judge the planner's call
+REVIEWED = ("team", "solo")  # the layouts whose turns this module runs
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,26 @@ class Draft:
 class ReviewedEnv(TurnEnv):
     """A TurnEnv with the `team` and `solo` layouts; `_review_step` is their `_act`."""
 
+    # The `team` planner and validator: the team reward moves only once the reader hands the call in (rollout/credit.py).
+    # The one declaration for both envs (function_call_v0's `multi` planner, whose caller writes its call, too).
+    deferred_roles = frozenset(TEAM[:-1])
+    judges: ClassVar[dict[str, review.Judge]]  # what the validator and the reader are told, in the env's own words
+
+    # --- the protocol's entry points: judges here, every other role the env's own -----------------------
+    def observe(self, role: str) -> list[Message]:
+        if role in JUDGES:
+            return self.judges[role].prompt(self._case(role))
+        return self._prompt(role)
+
+    def _act(self, role: str, text: str) -> Outcome:
+        return self._review_step(role, text) if self.layout in REVIEWED else self._act_unreviewed(role, text)
+
+    def reference_action(self, role: str) -> str:
+        return reference_verdict(role, self.draft) if role in JUDGES else self._reference_call(role)
+
+    def corrupted_actions(self, role: str) -> list[str]:
+        return [] if role in JUDGES else self._corrupted_calls(role)
+
     def _reset_task(self) -> None:
         self.feedback: str | None = None  # what the next call's writer is told about the previous round
         self.draft: Draft | None = None  # `team`: the planner's call of this round
@@ -50,6 +77,26 @@ class ReviewedEnv(TurnEnv):
         self.refused: str | None = None  # `team`: the tool's error for the call it let through
 
     # --- what the env supplies --------------------------------------------------------------------
+    def _case(self, role: str) -> str:
+        """What judge `role` reads: the question and the call (validator) or its result (reader)."""
+        raise NotImplementedError
+
+    def _prompt(self, role: str) -> list[Message]:
+        """`observe` of a role that is not a judge."""
+        raise NotImplementedError
+
+    def _act_unreviewed(self, role: str, text: str) -> Outcome:
+        """`_act` in the env's other layouts (`multi`, `single`)."""
+        raise NotImplementedError
+
+    def _reference_call(self, role: str) -> str:
+        """`reference_action` of a role that is not a judge."""
+        raise NotImplementedError
+
+    def _corrupted_calls(self, role: str) -> list[str]:
+        """`corrupted_actions` of a role that is not a judge (a judge has none: any verdict is an action it may take)."""
+        return []
+
     def _check(self, text: str) -> Draft:
         raise NotImplementedError
 

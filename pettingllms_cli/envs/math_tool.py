@@ -57,7 +57,7 @@ from pydantic import Field
 from pettingllms_cli.envs import gsm8k_rules, review
 from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, read_jsonl, split_records
 from pettingllms_cli.envs.gsm8k_rules import LENIENT_NUMBER, OFFICIAL_NUMBER, Scoring, answer_is_right, marked_answer
-from pettingllms_cli.envs.judging import TEAM, Draft, ReviewedEnv, reference_verdict
+from pettingllms_cli.envs.judging import TEAM, Draft, ReviewedEnv
 from pettingllms_cli.envs.math_problems import OPS, generate_problems
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
@@ -195,7 +195,7 @@ class MathToolEnv(ReviewedEnv):
         "team": TEAM,
         "solo": ("solver",),
     }
-    deferred_roles = frozenset({"planner", "validator"})  # `team`: the team reward moves only when the reader hands in
+    judges = {"validator": VALIDATOR, "reader": READER}
 
     def _reset_task(self) -> None:
         super()._reset_task()
@@ -205,15 +205,17 @@ class MathToolEnv(ReviewedEnv):
         self.answer: str | None = None  # the team's final answer as written (a calculator result as it shows it)
 
     # --- observations ---------------------------------------------------------------------
-    def observe(self, role: str) -> list[Message]:
+    def _case(self, role: str) -> str:
         question = f"Question: {self.problem.question}"
         if role == "validator":
             pending = self.draft.text if self.draft else ""
             shown = self._expression(pending) or f"(unreadable) {pending[:120]}"
-            return VALIDATOR.prompt(f"{question}\nCall: {shown}")
-        if role == "reader":
-            result = f"error ({self.refused})" if self.refused else self.last_call if self.ran else "(nothing ran)"
-            return READER.prompt(f"{question}\nCalculator: {result}")
+            return f"{question}\nCall: {shown}"
+        result = f"error ({self.refused})" if self.refused else self.last_call if self.ran else "(nothing ran)"
+        return f"{question}\nCalculator: {result}"
+
+    def _prompt(self, role: str) -> list[Message]:
+        question = f"Question: {self.problem.question}"
         if role in ("tool_caller", "solver", "planner"):
             messages: list[Message] = [{"role": "system", "content": CALLER_SYSTEM}]
             for q, expr in (SHOTS[op] for op in self.opts.ops):
@@ -230,14 +232,14 @@ class MathToolEnv(ReviewedEnv):
 
     # --- actions ----------------------------------------------------------------------------
     def _act(self, role: str, text: str) -> Outcome:
-        if self.layout in ("team", "solo"):
-            outcome = self._review_step(role, text)
-        else:
-            outcome = self._verify(text) if role == "verifier" else self._call(text)
+        outcome = super()._act(role, text)
         if _DIGIT_RE.search(text):
             outcome.local_reward += self.opts.format_bonus
-        if role == "verifier" or self.layout in ("team", "solo"):
-            return outcome
+        return outcome
+
+    def _act_unreviewed(self, role: str, text: str) -> Outcome:
+        """`multi` (caller, verifier) and `single` (solver)."""
+        outcome = self._verify(text) if role == "verifier" else self._call(text)
         if role == "solver":
             self.answer = self._shown_result()
             outcome.solved = outcome.team_reward > 0
@@ -337,12 +339,10 @@ class MathToolEnv(ReviewedEnv):
             problems.append(Problem(f"{path.stem}-{i}", rec["question"], value, {"gold": gold}))
         return split_records(problems, split, max(1, len(problems) // 5), path)[:n]
 
-    def reference_action(self, role: str) -> str:
+    def _reference_call(self, role: str) -> str:
         """A correct action for `role` now (from the data's answer)."""
         if role == "verifier":
             return ANSWER_PREFIX + self.gold
-        if role in ("validator", "reader"):
-            return reference_verdict(role, self.draft)
         expression = self.problem.meta.get("expression", self.gold)
         return render_tool_call(ToolCall("calculator", {"expression": expression}))
 

@@ -54,7 +54,7 @@ def test_a_planner_gets_the_team_outcome_its_choice_leads_to(smoke_tree):
     assert planner["circle_area"].team_reward == 1.0  # the caller then solved it
     assert planner["square_area"].team_reward == 0.0  # the caller then called the wrong function
     assert planner["circle_area"].reward > planner["square_area"].reward
-    assert rollout.lookahead_tokens > 0 and rollout.lookahead_actions == 2  # one caller play-out per planner candidate ...
+    assert rollout.playout_tokens > 0 and rollout.playout_actions == 2  # one caller play-out per planner candidate ...
     assert {s.group for s in rollout.samples} == {("circle", "planner", 0), ("circle", "caller", 0)}  # ... but not trained
 
 
@@ -62,7 +62,7 @@ def test_immediate_team_signal_is_stale_for_the_planner(smoke_tree):
     _, rollout = _run(_spec(smoke_tree, team_signal="immediate"), ["square_area", "circle_area"])
     planner = _planner(rollout.samples)
     assert planner["circle_area"].team_reward == planner["square_area"].team_reward == 0.0
-    assert rollout.lookahead_tokens == 0
+    assert rollout.playout_tokens == 0
 
 
 def test_difference_credit_reaches_the_planner(smoke_tree):
@@ -120,7 +120,7 @@ def test_deferred_plays_on_only_the_envs_deferred_roles(smoke_tree):
         tree["reward"]["team_signal"] = signal
         spec = parse_spec(tree)
         rollout = tree_rollout(ScriptedTeam(script, role_of), spec, [MathToolEnv(problem, "multi", 1, {})], k=2)
-        assert rollout.lookahead_actions == actions, signal
+        assert rollout.playout_actions == actions, signal
 
 
 def test_deferred_roles_are_listed_from_each_envs_declaration():

@@ -168,6 +168,6 @@ def test_a_step_whose_only_group_tied_trains_nothing_and_says_so(smoke_tree):
 
 def test_actions_total_counts_play_outs_and_intents(smoke_tree):
     s = spec(smoke_tree, "single")
-    rollout = Rollout(samples=[], lookahead_actions=6, intent_actions=2)
+    rollout = Rollout(samples=[], playout_actions=6, intent_actions=2)
     spent = compute_metrics(s, rollout, {"solver": AgentStats()})
     assert spent["actions_total"] == 8 and spent["playout_actions"] == 6 and spent["intent_actions"] == 2

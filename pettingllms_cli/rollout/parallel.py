@@ -105,5 +105,5 @@ def parallel_rollout(ctx: Acting, envs: list[TurnEnv], k: int, assignment: list[
     return Rollout(
         samples=[s for own, _ in scored for s in own], intents=[d for _, declared in scored for d in declared],
         episodes=[record(play) for play in episodes], assignment=per_episode, tokens=cost.tokens,
-        lookahead_tokens=cost.playout_tokens, lookahead_actions=cost.playout_actions, intent_actions=cost.intent_actions,
+        playout_tokens=cost.playout_tokens, playout_actions=cost.playout_actions, intent_actions=cost.intent_actions,
     )  # fmt: skip

@@ -45,7 +45,7 @@ class Rollout:
     intents: list[Sample] = field(default_factory=list)  # trainable intent declarations (`parallel` + intent protocol)
     on_policy: list[Episode] = field(default_factory=list)  # one episode per problem played by the policy (on_policy_episodes)
     on_policy_tokens: int = 0  # tokens sampled for those episodes beyond the tree's own (not in `tokens`, not trained)
-    lookahead_tokens: int = 0  # of `tokens`: those sampled to play branches on to the turn's end (credit.py)
-    lookahead_actions: int = 0  # the actions those play-outs sampled (not trained; not in `samples`)
+    playout_tokens: int = 0  # of `tokens`: those sampled to play branches on to the turn's end (credit.py)
+    playout_actions: int = 0  # the actions those play-outs sampled (not trained; not in `samples`)
     intent_actions: int = 0  # intents declared (coordination.protocol: intent), trained (`parallel`) or not (`tree`)
     on_policy_seconds: float = 0.0  # wall time of the on-policy episodes: measurement, not training

@@ -31,6 +31,7 @@ from pettingllms_cli.rollout.roles import Assignment
 def _playout_seeds(base: int, problem_ids: list[str], node: Node) -> Callable[[int, str], int]:
     """Seeds of the play-outs after a role's candidates: one per (problem, later role), shared by its candidates
     and no-op."""
+    # "play_out" is part of the seed: renaming it would change every play-out's draws
     return lambda j, later: row_seed(base, problem_ids[j], node.role, node.turn, "play_out", later)
 
 
@@ -86,5 +87,5 @@ def tree_rollout(ctx: Acting, envs: list[TurnEnv], k: int, assignment: list[Assi
             cost += spent
     return Rollout(
         samples=samples, episodes=[record(play) for play in plays], assignment=assignment, tokens=cost.tokens,
-        lookahead_tokens=cost.playout_tokens, lookahead_actions=cost.playout_actions, intent_actions=cost.intent_actions,
+        playout_tokens=cost.playout_tokens, playout_actions=cost.playout_actions, intent_actions=cost.intent_actions,
     )  # fmt: skip

@@ -277,7 +277,7 @@ def gather_rollout(rollout: Rollout) -> Rollout:
         assignment=distributed.gather(rollout.assignment),  # role -> agent of each episode, in episode order
         on_policy=distributed.gather(rollout.on_policy),
         on_policy_tokens=int(distributed.all_reduce_sum([rollout.on_policy_tokens])[0]),
-        lookahead_actions=int(distributed.all_reduce_sum([rollout.lookahead_actions])[0]),
+        playout_actions=int(distributed.all_reduce_sum([rollout.playout_actions])[0]),
         intent_actions=int(distributed.all_reduce_sum([rollout.intent_actions])[0]),
         on_policy_seconds=max(distributed.gather([rollout.on_policy_seconds])),
     )

@@ -108,9 +108,9 @@ def compute_metrics(spec: Experiment, rollout: Rollout, stats: dict[str, AgentSt
     sampled, intents = len(rollout.samples), rollout.intent_actions
     return {
         "sampled_actions": sampled,  # candidates in the step's groups (not play-outs, not intents)
-        "playout_actions": rollout.lookahead_actions,  # sampled to score candidates at the turn's end (credit.py)
+        "playout_actions": rollout.playout_actions,  # sampled to score candidates at the turn's end (credit.py)
         "intent_actions": intents,  # intents declared (coordination.protocol: intent), trained or not
-        "actions_total": sampled + rollout.lookahead_actions + intents,
+        "actions_total": sampled + rollout.playout_actions + intents,
         "trained_tokens": sum(st.trained_tokens for st in stepped.values()),  # completion tokens whose loss had a gradient
         "optimizer_steps": len({spec.adapter_of(a) for a in stepped}),  # adapters that took an optimizer step
         "effective_optimizer_steps": sum(1 for tokens in moved.values() if tokens > 0),  # ... that changed its weights

@@ -7,8 +7,8 @@ the turn's intents, so each role knows what the others said they would do. Each 
 checked against its role's intent and the share that agree is logged (`intent_agreement`).
 
 The protocol is the rollout's: `Play` holds an episode's env with the intents declared this
-turn and the checks of the actions taken after them, and tree.py runs the round (who declares
-when, what is trained). The env only judges whether an action did what its intent said
+turn and the checks of the actions taken after them; act.py runs the round (who declares when),
+tree.py and parallel.py decide what is trained. The env only judges whether an action did what its intent said
 (`TurnEnv.intent_agrees`; by default textual, envs/intents.py), always on the text the model
 generated, never on the env's own prefill.
 """

@@ -220,10 +220,10 @@ def finite(value: Any, what: str) -> float:
 
 def credit(settings: RolloutSettings, options: ExternalOptions, run: Run) -> tuple[list[Sample], Episode]:
     """The episode's calls as samples, and its record."""
-    team, success, local = options.failure_reward, False, {}
+    team_reward, success, local = options.failure_reward, False, {}
     if run.error is None:
         try:
-            team, success, local = outcome(run.value, run.problem)
+            team_reward, success, local = outcome(run.value, run.problem)
         except ValueError as e:
             run.error = f"the program {e}"
             print(f"external episode failed (problem {run.problem.id!r}): {run.error}", file=sys.stderr, flush=True)
@@ -231,16 +231,16 @@ def credit(settings: RolloutSettings, options: ExternalOptions, run: Run) -> tup
     for call in sorted(run.calls, key=lambda c: (c.agent, c.index)):
         role = settings.agent_roles[call.agent][0]
         r_local = local.get(call.id, 0.0)
-        reward = combine(settings.reward, team, r_local)
+        reward = combine(settings.reward, team_reward, r_local)
         group = (problem.id, call.agent, call.index)
         samples.append(
             Sample(agent=call.agent, role=role, turn=call.index, problem_id=problem.id, group=group, prompt=call.prompt,
-                   completion=call.completion, text=call.text, reward=reward, team_reward=team, local_reward=r_local,
+                   completion=call.completion, text=call.text, reward=reward, team_reward=team_reward, local_reward=r_local,
                    env_local_reward=r_local, messages=call.messages, team_success=success)
         )  # fmt: skip
     for call in run.calls:  # in the order the program made them
         transcript.append({"turn": call.index, "role": call.agent, "text": call.text, "call": call.id})
-    state = {"env": "external", "problem": asdict(problem), "success": success, "reward": team, "error": run.error}
+    state = {"env": "external", "problem": asdict(problem), "success": success, "reward": team_reward, "error": run.error}
     state["transcript"] = transcript
     episode = Episode(
         id=problem.id, question=problem.question, success=success, attempts=1 if success else None, turns=len(run.calls),

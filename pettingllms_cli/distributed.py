@@ -11,8 +11,10 @@ helpers must run on all ranks, never behind `is_main()`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -134,6 +136,36 @@ def gather(items: list[T]) -> list[T]:
     parts: list = [None] * world_size()
     dist.all_gather_object(parts, items)
     return [x for part in parts for x in part]
+
+
+def gather_fields(record: T) -> T:
+    """Every rank's `record` (a dataclass) merged field by field, on every rank; one process: `record` itself.
+
+    Lists and tuples concatenate in rank order (as `gather`), ints sum, floats take the largest (they are wall
+    times, and ranks run side by side: the slowest sets the pace). A field of another kind is a TypeError naming
+    it, in one process too, so a field added to a record is merged or refused, never silently dropped.
+    """
+    hints = typing.get_type_hints(type(record))
+    kinds = {f.name: typing.get_origin(hints[f.name]) or hints[f.name] for f in dataclasses.fields(record)}
+    for name, kind in kinds.items():
+        if kind not in MERGE:
+            raise TypeError(
+                f"{type(record).__name__}.{name}: a {hints[name]} cannot be gathered over ranks; "
+                "make it a list, tuple, int or float, or gather it by hand"
+            )
+    if world_size() == 1:
+        return record
+    parts: list = [None] * world_size()
+    dist.all_gather_object(parts, record)
+    return dataclasses.replace(record, **{n: MERGE[k]([getattr(p, n) for p in parts]) for n, k in kinds.items()})
+
+
+MERGE: dict[type, Callable[[list], object]] = {  # how `gather_fields` merges one field's values, one per rank
+    list: lambda values: [x for v in values for x in v],
+    tuple: lambda values: tuple(x for v in values for x in v),
+    int: sum,
+    float: max,
+}
 
 
 # --- reductions --------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.vllm_sampler import VllmSampler
 from pettingllms_cli.rollout.collect import collect
-from pettingllms_cli.rollout.records import Rollout, Sample
+from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import Experiment
 from pettingllms_cli.training.checkpoint import (
     STATE_FILE,
@@ -154,7 +154,7 @@ def train_locked(
                 kept_samples, kept_advantages = [trainable[i] for i in kept], [advantages[i] for i in kept]
                 stats = update(team, optimizers, kept_samples, kept_advantages, updating, sampler_logp)  # loss + step
                 sampler.push_adapters()  # vLLM samples the next step with the updated adapters
-                whole = gather_rollout(rollout)  # every rank's share: metrics, roles and distillation see the whole step
+                whole = distributed.gather_fields(rollout)  # every rank's share: metrics, roles, distillation see it all
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
                 roles.record(whole.assignment, [float(e.success) for e in played])  # adaptive roles learn
                 distilled = distill(team, optimizers, whole.samples, step, distilling)  # cross-agent distillation, every N steps
@@ -263,26 +263,6 @@ def epoch_order(size: int, n: int, seed: int, epoch: int) -> list[int]:
 
 
 # --- one step -------------------------------------------------------------------------------
-def gather_rollout(rollout: Rollout) -> Rollout:
-    """Every rank's samples and episodes in rank order, so metrics cover the whole step (one process: as is)."""
-    if distributed.world_size() == 1:
-        return rollout
-    tokens = int(distributed.all_reduce_sum([rollout.tokens])[0])
-    seconds = max(distributed.gather([rollout.seconds]))  # ranks sample side by side: the slowest sets the pace
-    return Rollout(  # frozen: built once, by keyword
-        samples=distributed.gather(rollout.samples),
-        episodes=distributed.gather(rollout.episodes),
-        tokens=tokens,
-        seconds=seconds,
-        assignment=distributed.gather(rollout.assignment),  # role -> agent of each episode, in episode order
-        on_policy=distributed.gather(rollout.on_policy),
-        on_policy_tokens=int(distributed.all_reduce_sum([rollout.on_policy_tokens])[0]),
-        playout_actions=int(distributed.all_reduce_sum([rollout.playout_actions])[0]),
-        intent_actions=int(distributed.all_reduce_sum([rollout.intent_actions])[0]),
-        on_policy_seconds=max(distributed.gather([rollout.on_policy_seconds])),
-    )
-
-
 def tally_verdicts(spec: Experiment, seen: dict[str, list[int]], samples: list[Sample]) -> dict[str, list[int]]:
     """`reward.balance_verdicts`: each judge's [actions due approval, due sending back] so far, this step's (every
     rank's) included; {} when off."""

@@ -87,21 +87,30 @@ def act(
     return acted, tokens
 
 
-def make_sample(
-    *, agent: str, role: str, turn: int, group: tuple, acted: Acted, pick: int, obs: list[Message], res: StepResult | None = None,
-    **scores: float | bool,
-) -> Sample:  # fmt: skip
-    """Candidate `pick` of `acted` as the Sample of `role` at `turn` (an intent when there is no StepResult).
+@dataclass(frozen=True, kw_only=True)
+class Seat:
+    """Who acted where: the agent, the role it played, the turn, and the group its sample joins (group[0]: the problem)."""
 
-    group[0] is the problem id. `scores`: reward, local_reward, team_success and, when it is not the team reward
-    right after the action (a play-out's), team_reward.
+    agent: str
+    role: str
+    turn: int
+    group: tuple
+
+
+def make_sample(
+    seat: Seat, acted: Acted, pick: int, obs: list[Message], res: StepResult | None = None, **scores: float | bool
+) -> Sample:
+    """Candidate `pick` of `acted` as the Sample of `seat` (an intent when there is no StepResult).
+
+    `scores`: reward, local_reward, team_success and, when it is not the team reward right after the action
+    (a play-out's), team_reward.
     """
     text, ids = acted.candidates[pick]
     team_reward, env_local = (res.team_reward, res.local_reward) if res is not None else (0.0, 0.0)
     scores = {"team_reward": team_reward, "reward": 0.0, "local_reward": 0.0} | scores
     return Sample(
-        agent=agent, role=role, turn=turn, problem_id=group[0], group=group, prompt=acted.prompt, completion=ids, text=text,
-        env_local_reward=env_local, messages=obs,
+        agent=seat.agent, role=seat.role, turn=seat.turn, problem_id=seat.group[0], group=seat.group, prompt=acted.prompt,
+        completion=ids, text=text, env_local_reward=env_local, messages=obs,
         verdict_due=res.info.get(DUE) if res is not None else None, **scores,
     )  # fmt: skip
 
@@ -135,5 +144,5 @@ def declare_intents(
             play, env = plays[i], plays[i].env
             play.declare(role, coordination.extract(one.candidates[0][0]))
             group = (env.problem.id, agent)
-            declared[i].append(make_sample(agent=agent, role=role, turn=env.turn, group=group, acted=one, pick=0, obs=obs))
+            declared[i].append(make_sample(Seat(agent=agent, role=role, turn=env.turn, group=group), one, 0, obs))
     return declared, cost

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from pettingllms_cli.envs.base import StepResult, TurnEnv
 from pettingllms_cli.policy.sampling import row_seed
-from pettingllms_cli.rollout.act import Acting, Cost, Node, act, credited_local, declare_intents, make_sample
+from pettingllms_cli.rollout.act import Acting, Cost, Node, Seat, act, credited_local, declare_intents, make_sample
 from pettingllms_cli.rollout.coordination import Play
 from pettingllms_cli.rollout.credit import NOOP, combine, plays_on
 from pettingllms_cli.rollout.episodes import record
@@ -61,11 +61,8 @@ def _turn(ctx: Acting, episodes: list[Play], assignment: list[Assignment], turn:
             res = episodes[i].step(role, one.candidates[0][0])
             turn_end[i] = res.team_reward
             local = credited_local(settings, res, res.team_reward, noop_of.get(i))
-            group = (env.problem.id, agent)
-            sample = make_sample(
-                agent=agent, role=role, turn=turn, group=group, acted=one, pick=0, obs=obs, res=res, local_reward=local
-            )
-            taken[i].append(sample)
+            seat = Seat(agent=agent, role=role, turn=turn, group=(env.problem.id, agent))
+            taken[i].append(make_sample(seat, one, 0, obs, res, local_reward=local))
             if i in noop_of and plays_on(settings.reward, k, role, env):
                 pending.append((i, len(taken[i]) - 1, res, noop_of[i]))
     for i, at, res, noop in pending:  # the action's team outcome: the episode's team reward at the turn's end

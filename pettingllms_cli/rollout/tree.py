@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from pettingllms_cli.envs.base import TurnEnv
 from pettingllms_cli.policy.sampling import row_seed
-from pettingllms_cli.rollout.act import Acting, Cost, Node, act, credited_local, declare_intents, make_sample
+from pettingllms_cli.rollout.act import Acting, Cost, Node, Seat, act, credited_local, declare_intents, make_sample
 from pettingllms_cli.rollout.coordination import Play
 from pettingllms_cli.rollout.credit import NOOP, combine, plays_on
 from pettingllms_cli.rollout.episodes import record
@@ -60,7 +60,7 @@ def _tree_step(ctx: Acting, plays: list[Play], assignment: list[Assignment], nod
             reward = combine(settings.reward, team_term, local)
             group = (plays[i].env.problem.id, role, turn)
             samples.append(
-                make_sample(agent=agent, role=role, turn=turn, group=group, acted=one, pick=pick, obs=obs, res=res,
+                make_sample(Seat(agent=agent, role=role, turn=turn, group=group), one, pick, obs, res,
                             local_reward=local, reward=reward, team_reward=team_term, team_success=success)
             )  # fmt: skip
             rewards.append(reward)

@@ -40,6 +40,7 @@ from pathlib import Path
 from pydantic import Field
 
 from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pettingllms_cli.envs.rewards import CODE_DOES_NOT_LOAD, NO_ASSERT
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import strip_tool_results
 from pettingllms_cli.tools.proxy import run_proxied
@@ -50,9 +51,6 @@ CODE_PREFIX = "```python\n"
 CODER_SYSTEM = "Write the Python function. Reply with code only."
 TESTER_SYSTEM = "Write assert tests for the function, one per line."
 MAX_TESTS = 8
-# Rewards (see the module docstring): named here, not written into `_act`.
-NO_ASSERT = -0.1  # tester: a reply without a single one-line `assert`
-CODE_DOES_NOT_LOAD = -0.1  # coder: the code fails while loading (syntax error, failing import)
 # The closing fence starts a line: a ``` inside a comment or a string does not end the code.
 _FENCE_RE = re.compile(r"```(?:python|py)?\n?(.*?)(?:^[ \t]*```|\Z)", re.DOTALL | re.MULTILINE)
 

@@ -19,7 +19,7 @@ Python AST checker (bfcl_rules.py: the function name, every argument the schema 
 unknown ones, exact types but an int for a float, array item types, strings compared without
 case, spaces and `,./-_*^`, exact numbers); option `scoring: lenient` relaxes three of them
 (docs/envs.md). In `team` and `solo` a call that matches is never rejected by the schema check.
-Local (named below): planner `PLAN_RIGHT` (1.0) for a correct function,
+Local (envs/rewards.py): planner `PLAN_RIGHT` (1.0) for a correct function,
 `PLAN_OTHER` (0.2) for another offered one, `PLAN_NONE` (-0.1) for none; caller `CALL_INVALID`
 (-0.1) for an unparseable call or unknown function, else the share of ground-truth arguments it
 got right (the `team` planner and the `solo` caller too). `team` judges: `JUDGED_RIGHT` for a
@@ -46,6 +46,7 @@ from pettingllms_cli.envs import bfcl_rules, review
 from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, split_records
 from pettingllms_cli.envs.bfcl_data import load_bfcl
 from pettingllms_cli.envs.judging import TEAM, Draft, ReviewedEnv
+from pettingllms_cli.envs.rewards import CALL_INVALID, PLAN_NONE, PLAN_OTHER, PLAN_RIGHT
 from pettingllms_cli.tools.calls import OPEN, ToolCall, parse_tool_call, render_tool_call, strip_tool_results
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -78,11 +79,6 @@ READER = review.Judge(
         ),
     ),
 )
-# Rewards (see the module docstring): named here, not written into `_act`.
-PLAN_RIGHT = 1.0  # planner: a function the ground truth calls
-PLAN_OTHER = 0.2  # planner: another offered function (the format is right, the choice is not)
-PLAN_NONE = -0.1  # planner: no offered function named
-CALL_INVALID = -0.1  # caller: no parseable <tool_call>, or a function that is not offered
 
 
 # --- matching (pure functions; the rules are in bfcl_rules.py) --------------------------------------

@@ -43,11 +43,7 @@ from pathlib import Path
 from pettingllms_cli.envs import function_select_data as generated
 from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, split_records
 from pettingllms_cli.envs.function_call import (
-    CALL_INVALID,
-    PLAN_NONE,
-    PLAN_OTHER,
     PLAN_PREFIX,
-    PLAN_RIGHT,
     FunctionCallEnv,
     FunctionCallOptions,
     load_bfcl,
@@ -55,6 +51,7 @@ from pettingllms_cli.envs.function_call import (
     signature,
 )
 from pettingllms_cli.envs.review import schema_problem
+from pettingllms_cli.envs.rewards import CALL_INVALID, PLAN_NONE, PLAN_OTHER, PLAN_RIGHT
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import OPEN, ToolCall, parse_tool_call, render_tool_call, strip_tool_results
 

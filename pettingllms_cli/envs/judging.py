@@ -26,6 +26,7 @@ from typing import ClassVar
 from pettingllms_cli.envs import review
 from pettingllms_cli.envs.base import Outcome, TurnEnv
 from pettingllms_cli.envs.messages import Message
+from pettingllms_cli.envs.rewards import NOTHING_TO_READ
 
 TEAM = ("planner", "validator", "reader")  # the `team` layout's roles in turn order
 JUDGES = ("validator", "reader")  # the `team` roles that judge the planner's call
@@ -158,7 +159,7 @@ class ReviewedEnv(TurnEnv):
         draft = self.draft
         if draft is None or self.refused is not None or not self.ran:  # nothing came back to read
             went = self.ran and self.refused is not None  # a refused call went to the tool: an attempt
-            return Outcome(review.NOTHING_TO_READ, 0.0, attempt=went, info={"read": "refused" if went else "nothing ran"})
+            return Outcome(NOTHING_TO_READ, 0.0, attempt=went, info={"read": "refused" if went else "nothing ran"})
         said = review.verdict(text)
         local = review.judged(said, draft.right)
         if said is False:

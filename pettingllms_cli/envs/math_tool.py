@@ -21,13 +21,13 @@ after the record's `#### `), so `18.0`, `18.`, `$18` fail for `18` and no tolera
 The verifier's answer is the number its reply marks: after `#### ` if the reply has one (a worked solution's
 marked answer, never its first number), else the number right after `Answer: `; a calculator result is the
 answer as the calculator shows it (`format_number`). Option `scoring: lenient` also accepts a leading `$`, one
-trailing `.` and the same decimal value with other zeros (docs/envs.md). Local (named below):
+trailing `.` and the same decimal value with other zeros (docs/envs.md). Local (envs/rewards.py):
 callers `CALL_RAN` (+0.1) for a well-formed call that ran, `CALL_FAILED` (-0.1) otherwise; the
 verifier is paid for a correct judgement, never for copying (`judgement_reward`): `JUDGED_RIGHT`
 (1.0) for a right final answer (accepting a right result, or correcting a wrong one) or for
 `retry` when the calculator's result is wrong or missing; `JUDGED_WRONG` (0.0) for a wrong answer
 (a copied wrong result included), `retry` on a right result, or neither a number nor `retry`.
-In `team` (constants in envs/review.py), the validator earns `JUDGED_RIGHT` for approving a valid
+In `team`, the validator earns `JUDGED_RIGHT` for approving a valid
 call or sending back an invalid one and `JUDGED_WRONG` otherwise (no verdict included); the
 reader likewise for accepting a right result or sending back a wrong one, and `NOTHING_TO_READ`
 when no result came back; the planner is paid as a caller. A call is invalid when the calculator refuses
@@ -59,6 +59,7 @@ from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, rea
 from pettingllms_cli.envs.gsm8k_rules import LENIENT_NUMBER, OFFICIAL_NUMBER, Scoring, answer_is_right, marked_answer
 from pettingllms_cli.envs.judging import TEAM, Draft, ReviewedEnv
 from pettingllms_cli.envs.math_problems import OPS, generate_problems
+from pettingllms_cli.envs.rewards import CALL_FAILED, CALL_RAN, JUDGED_RIGHT, JUDGED_WRONG
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calculator import CalculatorError, calculate, format_number
 from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call
@@ -66,11 +67,6 @@ from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_c
 CALL_PREFIX = '<tool_call>{"name": "calculator", "arguments": {"expression": "'
 ANSWER_PREFIX = "Answer: "
 RETRY = "retry"  # the verifier's rejection of the calculator's result
-# Rewards (see the module docstring): named here, not written into `_act`.
-CALL_RAN = 0.1  # caller: a well-formed calculator call that ran
-CALL_FAILED = -0.1  # caller: no call, another tool, or an expression the calculator refused
-JUDGED_RIGHT = 1.0  # verifier: a right final answer, or `retry` on a wrong or missing result
-JUDGED_WRONG = 0.0  # verifier: a wrong answer (a copied wrong result too), or `retry` on a right result
 _RETRY_RE = re.compile(rf"\b{RETRY}\b", re.IGNORECASE)
 _DIGIT_RE = re.compile(r"\d")
 _NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")

@@ -7,7 +7,7 @@ Layouts:
   runs in the sandbox and the plan is read from what it prints.
 
 Rewards per action: team = the team's current plan solves the puzzle (solved on the plan
-agent's or the single planner's action). Local (named below): tool agent `TOOL_RAN` (+0.1) for
+agent's or the single planner's action). Local (envs/rewards.py): tool agent `TOOL_RAN` (+0.1) for
 code that ran, `TOOL_FAILED` (-0.1) for code that failed or timed out; plan agent and planner =
 progress of the plan's legal prefix (share of cells right, distance covered, boxes on targets),
 `NO_PLAN` (-0.1) if no plan could be read.
@@ -31,6 +31,7 @@ from pathlib import Path
 from pydantic import Field
 
 from pettingllms_cli.envs.base import EnvOptions, Message, Outcome, Problem, TurnEnv, in_test_fifth, read_jsonl, split_records
+from pettingllms_cli.envs.rewards import NO_PLAN, TOOL_FAILED, TOOL_RAN
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import strip_tool_results
 from pettingllms_cli.tools.sandbox import run_python
@@ -38,10 +39,6 @@ from pettingllms_cli.tools.sandbox import run_python
 CODE_PREFIX = "```python\n"
 GENERATED_POOL = 500  # distinct puzzles per seed and split; training cycles through them
 TOOL_SYSTEM = "Write a short Python program that prints the answer."
-# Rewards (see the module docstring): named here, not written into `_act`.
-TOOL_RAN = 0.1  # tool agent: its code ran
-TOOL_FAILED = -0.1  # tool agent: its code failed or timed out
-NO_PLAN = -0.1  # plan agent, planner: no plan could be read
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 _WORDS = {"up": "U", "down": "D", "left": "L", "right": "R"}
 _MOVE_RE = re.compile(r"\b(?:up|down|left|right)\b|[UDLR]")

@@ -41,13 +41,10 @@ import re
 from dataclasses import dataclass
 
 from pettingllms_cli.envs.messages import Message
+from pettingllms_cli.envs.rewards import JUDGED_RIGHT, JUDGED_WRONG, NO_VERDICT
 from pettingllms_cli.tools.calls import ToolCall
 
-JUDGED_RIGHT = 1.0  # a judge (validator, reader) whose verdict was right
-JUDGED_WRONG = 0.0  # a wrong verdict
-NO_VERDICT = 0.0  # a reply not in the verdict form: paid as a wrong verdict, so that dodging never beats judging
 DUE = "verdict_due"  # info key of a judged action: the verdict the facts called for (True: let it run / accept)
-NOTHING_TO_READ = 0.0  # the reader when no call ran this round: there was nothing to judge
 REPLY_FORM = 'Reply "Yes." or "No: <why>."'  # closes each case
 VERDICT_FORM = f"{REPLY_FORM} (your first word is Yes or No)."  # the one form `verdict` reads, told in the system prompt
 REASON_CHARS = 160  # how much of a judge's reply the planner hears when its call is sent back

@@ -10,7 +10,7 @@ Layouts:
 - `single`: `analyst` writes the query; the first cell of its result is the team's answer.
 
 Rewards per action: team = the team's current answer is correct (numbers compared as
-numbers, text without case). Local (named below): query writer `QUERY_RAN` (+0.1) for a query
+numbers, text without case). Local (envs/rewards.py): query writer `QUERY_RAN` (+0.1) for a query
 that ran, `QUERY_FAILED` (-0.1) for a malformed call or a failing query; the reporter is paid for
 a correct judgement, never for copying the first cell: `JUDGED_RIGHT` (1.0) for a right answer,
 or for `Answer: retry` when the result's first cell is wrong; `JUDGED_WRONG` (0.0) otherwise.
@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 
 from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, read_jsonl, split_records
+from pettingllms_cli.envs.rewards import JUDGED_RIGHT, JUDGED_WRONG, QUERY_FAILED, QUERY_RAN
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call, strip_tool_results
 from pettingllms_cli.tools.sql import connect_readonly, run_query
@@ -42,11 +43,6 @@ ANSWER_PREFIX = "Answer: "
 WRITER_SYSTEM = f"Write one SQLite query that answers the question. Tables:\n{SCHEMA}"
 RETRY = "retry"  # the reporter's rejection of the query's result
 REPORTER_SYSTEM = f"Read the query result and give the final answer, or reply {RETRY} if the result is wrong."
-# Rewards (see the module docstring): named here, not written into `_act`.
-QUERY_RAN = 0.1  # writer: a query that ran
-QUERY_FAILED = -0.1  # writer: no `sql` call, or a query that failed
-JUDGED_RIGHT = 1.0  # reporter: a right answer, or `retry` on a wrong result
-JUDGED_WRONG = 0.0  # reporter: a wrong answer (a copied wrong first cell too), or `retry` on a right result
 SHOT = ("How many products cost more than 20?", "SELECT COUNT(*) FROM products WHERE price > 20")
 NAMES = ["Ana", "Ben", "Cleo", "Dev", "Eva", "Finn", "Gus", "Hana", "Ivo", "Jin"]
 CITIES = ["Oslo", "Lima", "Rome", "Kyiv"]

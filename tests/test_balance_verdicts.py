@@ -17,8 +17,9 @@ from pettingllms_cli.envs.function_call import FunctionCallEnv
 from pettingllms_cli.envs.review import DUE, judged
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import parse_spec
+from pettingllms_cli.training.advantages import compute_advantages, tally_verdicts
 from pettingllms_cli.training.checkpoint import STATE_FILE
-from pettingllms_cli.training.loop import compute_advantages, tally_verdicts, train
+from pettingllms_cli.training.loop import train
 from tests.test_showcase_envs import calc, foreign_number, math_env, wrong_op
 
 

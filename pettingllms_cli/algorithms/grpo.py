@@ -56,42 +56,6 @@ def batch_std(n: float, total: float, squares: float) -> float:
     return max(0.0, (squares - total * total / n) / (n - 1)) ** 0.5
 
 
-def verdict_tally(agents: Sequence[str], due: Sequence[bool | None]) -> dict[str, list[int]]:
-    """Per agent, how many of its judged actions called for approval and how many for sending back.
-
-    Under `tree` rollouts a group's K candidates judge one case, so this is K x the cases and the
-    shares are the cases' own; under `parallel` each action is its own case.
-
-    >>> verdict_tally(["v", "v", "v", "v", "p"], [True, True, False, False, None])
-    {'v': [2, 2]}
-    """
-    tally: dict[str, list[int]] = {}
-    for agent, d in zip(agents, due, strict=True):
-        if d is not None:
-            tally.setdefault(agent, [0, 0])[0 if d else 1] += 1
-    return tally
-
-
-def verdict_weights(agents: Sequence[str], due: Sequence[bool | None], seen: dict[str, list[int]]) -> torch.Tensor:
-    """Weights [N] that make a judge's two kinds of case count equally: an action whose due verdict is c weighs
-    n / (2 n_c), n_c of the agent's n judged actions so far (`seen`, from `verdict_tally`) having called for c; 1 for
-    other samples.
-
-    A judge that cannot tell the cases apart is pushed towards approving by the first kind and towards sending back by
-    the second, each in proportion to how often it occurs; weighted, the two pushes cancel and a constant verdict gains
-    nothing in expectation, while a verdict that follows the case still does.
-
-    >>> verdict_weights(["v", "v", "p"], [True, False, None], {"v": [1, 3]}).tolist()
-    [2.0, 0.6666666865348816, 1.0]
-    """
-    weights = []
-    for agent, d in zip(agents, due, strict=True):
-        approve, send_back = seen.get(agent, [0, 0])
-        n_c = approve if d else send_back
-        weights.append(1.0 if d is None or n_c == 0 else (approve + send_back) / (2 * n_c))
-    return torch.tensor(weights, dtype=torch.float32)
-
-
 def zero_std_groups(rewards: torch.Tensor, groups: Sequence[Hashable]) -> set[Hashable]:
     """Keys of groups whose rewards are all equal (they carry no learning signal)."""
     values: dict[Hashable, list[float]] = defaultdict(list)

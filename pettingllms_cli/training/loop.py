@@ -22,7 +22,6 @@ test_signals.py, test_run_lock.py, test_damage.py):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import random
 import shlex
 import time
@@ -34,7 +33,6 @@ from rich.console import Console
 
 from pettingllms_cli import distributed
 from pettingllms_cli.algorithms.distill import distill
-from pettingllms_cli.algorithms.grpo import batch_std, group_advantages, verdict_tally, verdict_weights, zero_std_groups
 from pettingllms_cli.algorithms.optim import make_optimizers
 from pettingllms_cli.algorithms.update import AgentStats, update
 from pettingllms_cli.analysis.evaluate import evaluate
@@ -48,8 +46,8 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.vllm_sampler import VllmSampler
 from pettingllms_cli.rollout.collect import collect
-from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import Experiment
+from pettingllms_cli.training.advantages import compute_advantages, tally_verdicts, without_groups
 from pettingllms_cli.training.checkpoint import (
     STATE_FILE,
     check_disk_space,
@@ -61,6 +59,7 @@ from pettingllms_cli.training.graceful import GracefulStop, StopNow
 from pettingllms_cli.training.lock import writer_lock
 from pettingllms_cli.training.metrics import budget_reached, heldout_metrics, running_totals, step_metrics, team_metrics
 from pettingllms_cli.training.progress import progress_bar, status_line
+from pettingllms_cli.training.ranks import ranks_adapters_sha, reduce_step, shard_problems, stopped_anywhere
 from pettingllms_cli.training.resume import Learner, RunState, resume_everywhere
 from pettingllms_cli.training.rundir import prepare_run_dir
 from pettingllms_cli.training.tracking import Trackers, check_trackers
@@ -124,7 +123,7 @@ def train_locked(
         distributed.on_main(check_disk_space, team, optimizers, run_dir)
         train_problems, eval_problems = problems  # (training pool, held-out), loaded before the run directory
         has_before = distributed.on_main(lambda: read_json(run_dir / "eval_before.json") is not None)  # damaged: redo
-        if not has_before and not distributed.any_rank(bool(stop.requested)):
+        if not has_before and not stopped_anywhere(stop):
             before = evaluate(team, spec, eval_problems, assignment=roles.best())  # the untrained team (each rank its shard)
             if distributed.is_main():
                 write_json(run_dir / "eval_before.json", before)
@@ -139,27 +138,29 @@ def train_locked(
             total = None if by_budget else spec.train.steps  # a budget's step count is known only when it is reached
             task = bar.add_task(spec.name, total=total, completed=min(state.step, spec.train.steps), status="")
             for step in range(state.step, spec.train.steps):
-                if distributed.any_rank(bool(stop.requested)) or budget_reached(spec, spent):
+                if stopped_anywhere(stop) or budget_reached(spec, spent):
                     break
                 began = time.perf_counter()
                 torch.manual_seed(step_seed(spec.seed, step))  # sampling depends on (seed, step) only
                 problems = problems_for_step(train_problems, spec, step)
                 assignment = roles.assign(step, len(problems))  # role -> agent of each episode, alike on every rank
-                rollout = collect(sampler, settings, distributed.shard(problems), distributed.shard(assignment))  # rank's share
+                # rollout: this rank's share of the step (the one split over ranks)
+                rollout = collect(sampler, settings, *shard_problems(problems, assignment))
                 trainable = rollout.samples + rollout.intents  # actions, and intents under `parallel` + intent protocol
+                # advantages, beside the samples (reduced over ranks: the judges' tally, a batch std)
                 verdicts = tally_verdicts(spec, state.verdicts, trainable)  # reward.balance_verdicts: judges' cases so far
-                advantages, dropped = compute_advantages(spec, trainable, verdicts)  # advantage per sample, beside it
-                kept = [i for i, s in enumerate(trainable) if s.group not in dropped]  # algorithm.filter_zero_std
+                advantages, dropped = compute_advantages(spec, trainable, verdicts)
                 sampler_logp = sampler.take_logprobs()  # the sampled tokens' log-probs; None when the trainer sampled
-                kept_samples, kept_advantages = [trainable[i] for i in kept], [advantages[i] for i in kept]
-                stats = update(team, optimizers, kept_samples, kept_advantages, updating, sampler_logp)  # loss + step
+                # update: loss and optimizer step per adapter (gradients summed over ranks inside)
+                stats = update(team, optimizers, *without_groups(trainable, advantages, dropped), updating, sampler_logp)
                 sampler.push_adapters()  # vLLM samples the next step with the updated adapters
-                whole = distributed.gather_fields(rollout)  # every rank's share: metrics, roles, distillation see it all
+                whole = reduce_step(rollout)  # every rank's share: metrics, roles and distillation see the whole step
                 played = whole.on_policy or whole.episodes  # on-policy success: a role's best-of-K would flatter it
                 roles.record(whole.assignment, [float(e.success) for e in played])  # adaptive roles learn
                 distilled = distill(team, optimizers, whole.samples, step, distilling)  # cross-agent distillation, every N steps
                 sampler.push_adapters()  # distillation stepped optimizers too
                 state = advance(state, stats, verdicts)
+                # log
                 metrics = step_metrics(spec, state.step, whole, stats, time.perf_counter() - began)
                 metrics |= team_metrics(team, roles, whole, distilled)  # reward parts, roles per episode, memory, distillation
                 metrics |= heldout_metrics(team, roles, spec, eval_problems, state.step)  # every train.eval_every steps
@@ -169,14 +170,15 @@ def train_locked(
                     append_jsonl(run_dir / "metrics.jsonl", metrics)  # log
                     trackers.log(metrics)
                 stop_if_stuck(spec, state, run_dir)
+                # checkpoint
                 last = state.step == spec.train.steps or budget_reached(spec, spent)
                 checkpoint_due = state.step % spec.train.checkpoint_every == 0 or last
-                ranks_sha = distributed.gather([adapters_sha(team)]) if checkpoint_due else []  # ranks must agree
+                ranks_sha = ranks_adapters_sha(team) if checkpoint_due else []  # ranks must agree
                 if checkpoint_due and distributed.is_main():
                     save(learner, spec, run_dir, state, train_problems, ranks_sha)  # checkpoint
                 shown = state.step % spec.train.log_every == 0 or last  # train.log_every
                 bar.update(task, advance=1, **({"status": status_line(metrics)} if shown else {}))
-        if distributed.any_rank(bool(stop.requested)):
+        if stopped_anywhere(stop):
             if distributed.is_main():
                 why = f"{stop.requested or 'a signal to another rank'}: "
                 stop_with_checkpoint(learner, spec, run_dir, state, train_problems, why, resume_command, console)
@@ -263,40 +265,6 @@ def epoch_order(size: int, n: int, seed: int, epoch: int) -> list[int]:
 
 
 # --- one step -------------------------------------------------------------------------------
-def tally_verdicts(spec: Experiment, seen: dict[str, list[int]], samples: list[Sample]) -> dict[str, list[int]]:
-    """`reward.balance_verdicts`: each judge's [actions due approval, due sending back] so far, this step's (every
-    rank's) included; {} when off."""
-    if not spec.reward.balance_verdicts:
-        return {}
-    step = verdict_tally([s.agent for s in samples], [s.verdict_due for s in samples])
-    agents = sorted(spec.agents)  # the same order on every rank
-    counts = distributed.all_reduce_sum([n for a in agents for n in step.get(a, [0, 0])]).tolist()
-    tally = {}
-    for i, agent in enumerate(agents):
-        approve, send_back = seen.get(agent, [0, 0])
-        total = [approve + int(counts[2 * i]), send_back + int(counts[2 * i + 1])]
-        if sum(total):  # a judge
-            tally[agent] = total
-    return tally
-
-
-def compute_advantages(
-    spec: Experiment, samples: list[Sample], verdicts: dict[str, list[int]] | None = None
-) -> tuple[list[float], set]:
-    """Each sample's group-normalised advantage, in the samples' order (judges' weighted by `verdicts` under
-    `reward.balance_verdicts`), and the groups filtered out (zero std, `algorithm.filter_zero_std`)."""
-    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-    groups = [s.group for s in samples]
-    scale, spread = spec.algorithm.scale_rewards, None
-    if scale == "batch":  # one std over every rank's rewards, so ranks agree with one process
-        spread = batch_std(*distributed.all_reduce_sum([len(rewards), rewards.sum(), (rewards**2).sum()]).tolist())
-    advantages = group_advantages(rewards, groups, scale=scale, batch_std=spread)
-    if verdicts:
-        advantages = advantages * verdict_weights([s.agent for s in samples], [s.verdict_due for s in samples], verdicts)
-    dropped = zero_std_groups(rewards, groups) if spec.algorithm.filter_zero_std else set()
-    return advantages.tolist(), dropped
-
-
 def advance(state: RunState, stats: dict[str, AgentStats], verdicts: dict[str, list[int]] | None = None) -> RunState:
     """One more step done; each agent's run of consecutive skipped updates grows or resets; the judges' cases so far."""
     streaks = {agent: state.skipped_in_a_row.get(agent, 0) + 1 if st.skipped else 0 for agent, st in sorted(stats.items())}
@@ -317,16 +285,6 @@ def stop_if_stuck(spec: Experiment, state: RunState, run_dir: Path) -> None:
 
 
 # --- checkpoint and finish ------------------------------------------------------------------
-def adapters_sha(team: Team) -> str:
-    """SHA-256 of every adapter's weights: data-parallel ranks must hold identical adapters."""
-    h = hashlib.sha256()
-    for adapter, params in sorted(team.params.items()):
-        h.update(adapter.encode())
-        for p in params:
-            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
 def save(
     learner: Learner,
     spec: Experiment,

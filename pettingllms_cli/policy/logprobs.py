@@ -1,7 +1,8 @@
-"""Completion-only log-probs: of one prompt's K completions (the update), and of mixed rows (evaluation).
+"""Completion-only log-probs of one prompt's K completions (`group_logprobs`: the update, distillation, chat's scores).
 
-One padding helper serves both: `pad(seqs, pad_id, side)` stacks variable-length ids with the
-mask of real tokens, right-padded for completions, left-padded for whole sequences.
+`pad(seqs, pad_id, side)` stacks variable-length ids with the mask of real tokens: right-padded for
+completions here, left-padded for the whole sequences evaluation scores (its log-probs are its own, in
+analysis/evaluate.py).
 """
 
 from __future__ import annotations

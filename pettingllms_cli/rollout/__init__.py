@@ -1,2 +1,4 @@
-"""Playing a batch of envs with the policies: tree and parallel rollouts, credit, role assignment, the intent round;
-they hand back records (records.py, episodes.py)."""
+"""Playing a batch of envs with the policies, reading only `RolloutSettings` (settings.py). The pipeline:
+collect.py (entry) -> tree.py / parallel.py -> act.py (one action; the intent round) and playout.py; on_policy.py
+measures the policy's own episodes; credit, role assignment and the intent protocol beside them. They hand back
+frozen records (records.py, episodes.py)."""

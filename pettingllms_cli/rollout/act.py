@@ -38,7 +38,7 @@ class Acting:
 
 @dataclass(frozen=True, kw_only=True)
 class Cost:
-    """What sampling spent, summed over a rollout's helpers (each returns its own)."""
+    """What sampling spent, summed over a rollout's helpers (each returns its own); the `Rollout` fields of that name."""
 
     tokens: int = 0  # completion tokens generated, play-outs and intents included
     playout_tokens: int = 0  # of `tokens`: those that played branches on to the turn's end (credit.py)

@@ -7,7 +7,7 @@ With `coordination.protocol: intent` each turn opens with an intent round (act.p
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from pettingllms_cli.envs.base import StepResult, TurnEnv
 from pettingllms_cli.policy.sampling import row_seed
@@ -76,7 +76,10 @@ def _scored(ctx: Acting, env: TurnEnv, samples: list[Sample], declared: list[Sam
     for agent in {s.agent for s in samples}:
         own = [s.local_reward for s in samples if s.agent == agent]
         reward_of[agent] = combine(ctx.settings.reward, float(env.success), sum(own) / len(own))
-    score = lambda s: replace(s, reward=reward_of[s.agent], team_success=env.success) if s.agent in reward_of else s  # noqa: E731
+
+    def score(s: Sample) -> Sample:  # an intent of an agent that took no action keeps no reward
+        return replace(s, reward=reward_of[s.agent], team_success=env.success) if s.agent in reward_of else s
+
     return [score(s) for s in samples], [score(d) for d in declared]
 
 
@@ -101,6 +104,5 @@ def parallel_rollout(ctx: Acting, envs: list[TurnEnv], k: int, assignment: list[
     scored = [_scored(ctx, play.env, own, declared) for play, own, declared in zip(episodes, taken, intents, strict=True)]
     return Rollout(
         samples=[s for own, _ in scored for s in own], intents=[d for _, declared in scored for d in declared],
-        episodes=[record(play) for play in episodes], assignment=per_episode, tokens=cost.tokens,
-        playout_tokens=cost.playout_tokens, playout_actions=cost.playout_actions, intent_actions=cost.intent_actions,
+        episodes=[record(play) for play in episodes], assignment=per_episode, **asdict(cost),
     )  # fmt: skip

@@ -16,6 +16,7 @@ the turn's groups but are not trained (one intent per episode and turn gives a g
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict
 
 from pettingllms_cli.envs.base import TurnEnv
 from pettingllms_cli.policy.sampling import row_seed
@@ -85,7 +86,4 @@ def tree_rollout(ctx: Acting, envs: list[TurnEnv], k: int, assignment: list[Assi
             taken, spent = _tree_step(ctx, plays, assignment, Node(turn=turn, role=role, later=later, k=k))
             samples += taken
             cost += spent
-    return Rollout(
-        samples=samples, episodes=[record(play) for play in plays], assignment=assignment, tokens=cost.tokens,
-        playout_tokens=cost.playout_tokens, playout_actions=cost.playout_actions, intent_actions=cost.intent_actions,
-    )  # fmt: skip
+    return Rollout(samples=samples, episodes=[record(play) for play in plays], assignment=assignment, **asdict(cost))

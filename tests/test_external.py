@@ -159,12 +159,13 @@ def test_every_episode_failing_stops_the_step(team, tmp_path):
 
 
 def test_an_episode_not_running_gets_404(team, tmp_path):
+    from pettingllms_cli.analysis.rollout_settings import rollout_settings
     from pettingllms_cli.rollout.chat import Completer
     from pettingllms_cli.rollout.external import Book
     from pettingllms_cli.rollout.gateway import ServerThread, make_app
 
     team.spec = parse_spec(spec_tree("marked_team", write_data(tmp_path / "d.jsonl", ["ok"] * 5)))
-    with ServerThread(make_app(Completer(team), Book(team.spec, 0, False))) as server:
+    with ServerThread(make_app(Completer(team), Book(rollout_settings(team.spec), 0, False))) as server:
         with pytest.raises(openai.NotFoundError, match="not running"):
             client(f"{server.url}/episodes/nope/v1").chat.completions.create(
                 model="caller", messages=[{"role": "user", "content": "x"}]

@@ -49,11 +49,12 @@ def make_learner(dtype: str, problems: int):
 def timed_step(spec, team, optimizers, problems) -> tuple[float, float, int]:
     """(sampling CPU seconds, update CPU seconds, tokens sampled) of one training step on `problems`."""
     from pettingllms_cli.algorithms.update import update
-    from pettingllms_cli.training.loop import collect
+    from pettingllms_cli.analysis.rollout_settings import rollout_settings
+    from pettingllms_cli.rollout.collect import collect
 
     torch.manual_seed(0)  # both dtypes draw from the same seeds
     began = time.process_time()
-    rollout = collect(team, spec, problems)
+    rollout = collect(team, rollout_settings(spec), problems)
     sampled = time.process_time()
     samples = rollout.samples + rollout.intents
     for i, s in enumerate(samples):
@@ -87,6 +88,7 @@ def main() -> None:
     per_step = 2 if args.quick else 4
 
     from pettingllms_cli import distributed
+    from pettingllms_cli.analysis.rollout_settings import rollout_settings
     from pettingllms_cli.models.precision import resolve_precision
     from pettingllms_cli.rollout.episodes import make_envs
     from pettingllms_cli.training.loop import load_problems
@@ -103,7 +105,7 @@ def main() -> None:
 
     auto = resolve_precision(spec.models["smol"].model_copy(update={"dtype": "auto"}), distributed.device())
     team = learners[auto.dtype][1]
-    envs = make_envs(spec, load_problems(spec)[0][: ROWS // 4])  # the quickstart's 4 problems, whatever --quick
+    envs = make_envs(rollout_settings(spec), load_problems(spec)[0][: ROWS // 4])  # the quickstart's 4 problems, whatever --quick
     prompts = [team.encode("caller", env.observe("tool_caller")) for env in envs]
     decode = {dtype: decode_seconds(learners[dtype][1], prompts, 3 if args.quick else DECODE_STEPS) for dtype in DTYPES}
     weight_bytes = sum(p.numel() * p.element_size() for p in team.models["smol"].get_base_model().parameters())

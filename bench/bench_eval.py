@@ -47,9 +47,10 @@ def main() -> None:
     args, repeats = bench_args(__doc__, "8 eval problems and 1 timed round instead of 24 and 3", 1, 3)
 
     from pettingllms_cli.analysis.evaluate import evaluate
+    from pettingllms_cli.analysis.rollout_settings import rollout_settings
     from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.rollout.collect import rollout
     from pettingllms_cli.rollout.episodes import make_envs
-    from pettingllms_cli.rollout.tree import tree_rollout
     from pettingllms_cli.spec import load_spec
     from pettingllms_cli.training.loop import load_problems
 
@@ -64,7 +65,8 @@ def main() -> None:
 
     def train_work() -> int:
         torch.manual_seed(0)
-        return tree_rollout(team, spec, make_envs(spec, step_problems), spec.algorithm.group_size).tokens  # one step's sampling
+        settings = rollout_settings(spec)
+        return rollout(team, settings, make_envs(settings, step_problems), settings.group_size).tokens  # one step's sampling
 
     runs: dict[str, list[tuple[int, float, float]]] = {"eval": [], "train_sampling": []}
     prompt_tokens: dict[str, int] = {}

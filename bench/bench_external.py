@@ -72,12 +72,14 @@ def make_learner(external: bool, problems: int):
 def timed_step(spec, team, optimizers, problems) -> tuple[float, float, int, int]:
     """(wall seconds, CPU seconds, tokens sampled, actions) of one training step on `problems`."""
     from pettingllms_cli.algorithms.update import update
+    from pettingllms_cli.analysis.rollout_settings import rollout_settings
+    from pettingllms_cli.rollout.collect import rollout as play
     from pettingllms_cli.rollout.episodes import make_envs
-    from pettingllms_cli.rollout.tree import parallel_rollout
 
     torch.manual_seed(0)  # both arms draw from the same seeds
     wall, cpu = time.perf_counter(), time.process_time()
-    rollout = parallel_rollout(team, spec, make_envs(spec, problems), spec.algorithm.group_size)
+    settings = rollout_settings(spec)  # rollout: parallel in both arms
+    rollout = play(team, settings, make_envs(settings, problems), settings.group_size)
     samples = rollout.samples
     for i, s in enumerate(samples):
         s.advantage = 1.0 if i % 2 else -1.0  # every sample trained: the update's work does not hang on the rewards

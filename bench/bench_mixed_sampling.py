@@ -22,6 +22,7 @@ import warnings
 
 from common import perturb_adapters
 
+from pettingllms_cli.analysis.rollout_settings import rollout_settings
 from pettingllms_cli.envs.math_tool import generate_problems
 from pettingllms_cli.rollout.episodes import make_envs
 from pettingllms_cli.spec import parse_spec
@@ -60,7 +61,7 @@ def main() -> None:
     repeats = args.repeats or (2 if args.quick else 3)
 
     team, names = make_team()
-    envs = make_envs(team.spec, generate_problems(0, per_agent_problems * len(names), "bench"))
+    envs = make_envs(rollout_settings(team.spec), generate_problems(0, per_agent_problems * len(names), "bench"))
     agents = [names[i % len(names)] for i in range(len(envs))]  # what `rotate` gives one role over a step
     prompts = [team.encode(a, env.observe("tool_caller")) for a, env in zip(agents, envs, strict=True)]  # the real prompt
 

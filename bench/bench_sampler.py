@@ -65,6 +65,7 @@ def main() -> None:
     problems = args.problems or (1 if args.quick else 4)
     repeats = args.repeats or (1 if args.quick else 2)
 
+    from pettingllms_cli.analysis.rollout_settings import rollout_settings
     from pettingllms_cli.envs.math_tool import generate_problems
     from pettingllms_cli.policy.vllm_sampler import VllmSampler
     from pettingllms_cli.rollout.episodes import make_envs
@@ -73,7 +74,7 @@ def main() -> None:
     if args.hf_threads:
         torch.set_num_threads(args.hf_threads)
     team = make_team()
-    envs = make_envs(team.spec, generate_problems(0, 2 * problems, "bench"))
+    envs = make_envs(rollout_settings(team.spec), generate_problems(0, 2 * problems, "bench"))
     agents = ["caller" if i % 2 == 0 else "verifier" for i in range(len(envs))]
     prompts = [team.encode(a, env.observe("tool_caller")) for a, env in zip(agents, envs, strict=True)]
     seeds = list(range(len(prompts)))

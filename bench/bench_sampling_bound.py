@@ -66,6 +66,7 @@ def make_team():
 def main() -> None:
     args, repeats = bench_args(__doc__, "2 timed repeats instead of 5", 2, 5)
 
+    from pettingllms_cli.analysis.rollout_settings import rollout_settings
     from pettingllms_cli.envs.math_tool import generate_problems
     from pettingllms_cli.rollout.episodes import make_envs
 
@@ -74,7 +75,7 @@ def main() -> None:
     dtype = base_dtype(team)  # `auto`: bf16 on a CPU with AMX/AVX512-BF16, else fp32; the bound uses that dtype's rate
     params = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    envs = make_envs(team.spec, generate_problems(0, PROBLEMS, "bench"))
+    envs = make_envs(rollout_settings(team.spec), generate_problems(0, PROBLEMS, "bench"))
     prompts = [team.encode("caller", env.observe("tool_caller")) for env in envs]
     seeds = [1000 + i for i in range(PROBLEMS)]
 

@@ -125,7 +125,11 @@ def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, chec
         for ids in completions:
             text = team.decode(AGENT, ids)
             r = reward(text, answer)
-            samples.append(Sample(AGENT, ROLE, 0, f"p{step}", (f"p{step}", ROLE, 0), prompt, ids, text, r, r, 0.0))
+            group = (f"p{step}", ROLE, 0)
+            samples.append(
+                Sample(agent=AGENT, role=ROLE, turn=0, problem_id=f"p{step}", group=group, prompt=prompt, completion=ids,
+                       text=text, reward=r, team_reward=r, local_reward=0.0)
+            )  # fmt: skip
         assign_advantages(spec, samples)
         zero_std += all(s.advantage == 0 for s in samples)
         update(team, optimizers, samples)

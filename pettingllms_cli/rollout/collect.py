@@ -46,7 +46,9 @@ def rollout(
     return parallel_rollout(ctx, envs, k, assignment)
 
 
-def collect(sampler: Sampler, settings: RolloutSettings, problems: list[Problem], assignment: list[Assignment]) -> Rollout:
+def collect(
+    sampler: Sampler, settings: RolloutSettings, problems: list[Problem], assignment: list[Assignment] | None = None
+) -> Rollout:
     """A training step's rollout of this rank's problems, with the policy's own episodes (`Rollout.on_policy`)."""
     started = time.perf_counter()
     sampled = rollout(sampler, settings, make_envs(settings, problems), settings.group_size, assignment=assignment)

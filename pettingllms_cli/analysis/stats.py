@@ -6,6 +6,7 @@ Pure functions on plain lists, so the numbers in reports can be checked by hand.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 Z95 = 1.959964  # two-sided 95% normal quantile
 # Two-sided 95% Student t quantiles by degrees of freedom; seeds are few, so the normal value would be too narrow.
@@ -66,6 +67,18 @@ def t_quantile(df: int) -> float:
     if df > 120:
         return Z95
     return _T95[max(k for k in _T95 if k <= max(df, 1))]
+
+
+def mean(values: Iterable[float | None], empty: float | None = None) -> float | None:
+    """The mean; None when a value is None (a run logged before the figure existed), `empty` when there are none.
+
+    >>> mean([True, False, True, True]), mean([1.0, None]), mean([], empty=0.0)
+    (0.75, None, 0.0)
+    """
+    values = list(values)
+    if not values:
+        return empty
+    return None if any(v is None for v in values) else sum(values) / len(values)
 
 
 def mean_interval(values: list[float]) -> tuple[float, float | None]:

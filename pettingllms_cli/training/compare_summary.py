@@ -5,7 +5,6 @@ row over its seeds (`spec_row`), and the factors of each arm against the first (
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from pathlib import Path
 
 from pettingllms_cli.analysis.budget import roles_of
@@ -14,6 +13,7 @@ from pettingllms_cli.analysis.stats import (
     convergence_rates,
     convergence_step,
     factor_interval,
+    mean,
     mean_interval,
     paired_difference,
     wilson_interval,
@@ -173,7 +173,7 @@ def spec_row(spec: Experiment, path: Path, runs: list[dict], method: str = T_OVE
         "convergence_rate": converged["rate"],
         "converged_seeds": converged["converged_seeds"],
         "not_converged_seeds": converged["not_converged_seeds"],
-        **{key: _mean(r[key] for r in runs) for key in SPENT},
+        **{key: mean(r[key] for r in runs) for key in SPENT},
     }
 
 
@@ -193,12 +193,6 @@ SPENT = (  # per-run totals (spent), averaged over seeds in the spec's row
     "actions_total_per_step",
     "tokens_total_per_step",
 )
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    """Mean over seeds; None when any seed lacks the figure (a run logged before it existed)."""
-    values = list(values)
-    return None if not values or any(v is None for v in values) else sum(values) / len(values)
 
 
 def ratios(a: dict, b: dict, runs_a: list[dict] | None = None, runs_b: list[dict] | None = None, unit: str = "steps") -> dict:

@@ -12,6 +12,7 @@ import torch
 from pettingllms_cli.algorithms.grpo import zero_std_groups
 from pettingllms_cli.algorithms.stats import AgentStats
 from pettingllms_cli.analysis.evaluate import evaluate
+from pettingllms_cli.analysis.stats import mean
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.jsonio import clean_metrics
 from pettingllms_cli.policy.adapters import Team
@@ -56,9 +57,9 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
     played = rollout.on_policy or rollout.episodes  # the policy's own episodes (docs/metrics.md)
     metrics: dict = {"step": step, "episodes": len(played), **episode_metrics(played)}
     if spec.algorithm.rollout == "tree":  # the episode AT-GRPO continued: best of K at every action
-        metrics["best_branch_success_rate"] = _mean([e.success for e in rollout.episodes])
+        metrics["best_branch_success_rate"] = mean([e.success for e in rollout.episodes], empty=0.0)
     # What it counts: sampled actions right after which the team reward was > 0 (partial credit included).
-    metrics["sample_team_reward_rate"] = _mean([s.team_reward > 0 for s in rollout.samples])
+    metrics["sample_team_reward_rate"] = mean([s.team_reward > 0 for s in rollout.samples], empty=0.0)
     by_agent: dict[str, list[Sample]] = defaultdict(list)
     for s in rollout.samples:
         by_agent[s.agent].append(s)
@@ -67,9 +68,9 @@ def step_metrics(spec: Experiment, step: int, rollout: Rollout, stats: dict[str,
         own = by_agent.get(agent, [])
         groups = {s.group for s in own}
         st = stats[agent]
-        metrics[f"reward/{agent}"] = _mean([s.reward for s in own])
-        metrics[f"reward_team/{agent}"] = _mean([s.team_reward for s in own])
-        metrics[f"reward_local/{agent}"] = _mean([s.local_reward for s in own])
+        metrics[f"reward/{agent}"] = mean([s.reward for s in own], empty=0.0)
+        metrics[f"reward_team/{agent}"] = mean([s.team_reward for s in own], empty=0.0)
+        metrics[f"reward_local/{agent}"] = mean([s.local_reward for s in own], empty=0.0)
         metrics[f"loss/{agent}"] = st.loss
         metrics[f"kl/{agent}"] = st.kl
         metrics[f"entropy/{agent}"] = st.entropy
@@ -151,7 +152,3 @@ def heldout_metrics(team: Team, roles: RoleAssigner, spec: Experiment, eval_prob
         "heldout_episodes": scored["episodes"],
         "heldout_seconds": scored["seconds"],
     }
-
-
-def _mean(values: list) -> float:
-    return float(sum(values) / len(values)) if values else 0.0

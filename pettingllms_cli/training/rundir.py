@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from pettingllms_cli.analysis.budget import flatten
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import write_atomic
 from pettingllms_cli.spec import Experiment, dump_spec
@@ -170,19 +171,9 @@ def as_current(saved: dict) -> dict:
 
 def spec_changes(saved: dict, now: dict) -> dict[str, tuple]:
     """{dotted.key: (old, new)} for fields that differ, except those in RESUME_FREE_FIELDS."""
-    old, new = _flatten(as_current(saved)), _flatten(now)
+    old, new = flatten(as_current(saved)), flatten(now)
     keys = sorted((set(old) | set(new)) - RESUME_FREE_FIELDS)
     return {k: (old.get(k, "<absent>"), new.get(k, "<absent>")) for k in keys if old.get(k, "<absent>") != new.get(k, "<absent>")}
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def probe_writable(run_dir: Path) -> None:

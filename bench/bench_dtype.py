@@ -39,11 +39,12 @@ def make_learner(dtype: str, problems: int):
     from pettingllms_cli.algorithms.optim import make_optimizers
     from pettingllms_cli.policy.adapters import Team
     from pettingllms_cli.spec import load_spec
+    from pettingllms_cli.training.update_settings import optim_settings
 
     spec = load_spec(SPEC, [f"models.smol.dtype={dtype}", f"train.problems_per_step={problems}"])
     team = Team(spec)
     perturb_adapters(team)
-    return spec, team, make_optimizers(team)
+    return spec, team, make_optimizers(team, optim_settings(spec))
 
 
 def timed_step(spec, team, optimizers, problems) -> tuple[float, float, int]:
@@ -51,15 +52,15 @@ def timed_step(spec, team, optimizers, problems) -> tuple[float, float, int]:
     from pettingllms_cli.algorithms.update import update
     from pettingllms_cli.analysis.rollout_settings import rollout_settings
     from pettingllms_cli.rollout.collect import collect
+    from pettingllms_cli.training.update_settings import update_settings
 
     torch.manual_seed(0)  # both dtypes draw from the same seeds
     began = time.process_time()
     rollout = collect(team, rollout_settings(spec), problems)
     sampled = time.process_time()
     samples = rollout.samples + rollout.intents
-    for i, s in enumerate(samples):
-        s.advantage = 1.0 if i % 2 else -1.0  # every sample trained: the update's work does not hang on the rewards
-    update(team, optimizers, samples)
+    advantages = [1.0 if i % 2 else -1.0 for i in range(len(samples))]  # every sample trained, whatever the rewards
+    update(team, optimizers, samples, advantages, update_settings(spec))
     return sampled - began, time.process_time() - sampled, rollout.tokens
 
 

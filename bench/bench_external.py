@@ -56,6 +56,7 @@ def make_learner(external: bool, problems: int):
     from pettingllms_cli.algorithms.optim import make_optimizers
     from pettingllms_cli.policy.adapters import Team
     from pettingllms_cli.spec import load_spec
+    from pettingllms_cli.training.update_settings import optim_settings
 
     sets = ["models.smol.dtype=float32", f"train.problems_per_step={problems}", "algorithm.rollout=parallel"]
     spec = load_spec(SPEC, sets)
@@ -66,7 +67,7 @@ def make_learner(external: bool, problems: int):
         spec = type(spec).model_validate(tree)
     team = Team(spec)
     perturb_adapters(team)
-    return spec, team, make_optimizers(team)
+    return spec, team, make_optimizers(team, optim_settings(spec))
 
 
 def timed_step(spec, team, optimizers, problems) -> tuple[float, float, int, int]:
@@ -75,15 +76,15 @@ def timed_step(spec, team, optimizers, problems) -> tuple[float, float, int, int
     from pettingllms_cli.analysis.rollout_settings import rollout_settings
     from pettingllms_cli.rollout.collect import rollout as play
     from pettingllms_cli.rollout.episodes import make_envs
+    from pettingllms_cli.training.update_settings import update_settings
 
     torch.manual_seed(0)  # both arms draw from the same seeds
     wall, cpu = time.perf_counter(), time.process_time()
     settings = rollout_settings(spec)  # rollout: parallel in both arms
     rollout = play(team, settings, make_envs(settings, problems), settings.group_size)
     samples = rollout.samples
-    for i, s in enumerate(samples):
-        s.advantage = 1.0 if i % 2 else -1.0  # every sample trained: the update's work does not hang on the rewards
-    update(team, optimizers, samples)
+    advantages = [1.0 if i % 2 else -1.0 for i in range(len(samples))]  # every sample trained, whatever the rewards
+    update(team, optimizers, samples, advantages, update_settings(spec))
     return time.perf_counter() - wall, time.process_time() - cpu, rollout.tokens, len(samples)
 
 

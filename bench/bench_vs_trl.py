@@ -91,12 +91,13 @@ class Timing:
 
 # --- pettingllms --------------------------------------------------------------------------------
 def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, check_prompt: list[int], dtype: str) -> Timing:
-    """Team.sample -> reward -> assign_advantages -> update, one prompt x K per step, as train.py does."""
+    """Team.sample -> reward -> compute_advantages -> update, one prompt x K per step, as train.py does."""
     from pettingllms_cli.algorithms.optim import make_optimizers
     from pettingllms_cli.algorithms.update import update
     from pettingllms_cli.policy.adapters import Team
     from pettingllms_cli.rollout.records import Sample
-    from pettingllms_cli.training.loop import assign_advantages
+    from pettingllms_cli.training.advantages import compute_advantages
+    from pettingllms_cli.training.update_settings import optim_settings, update_settings
 
     spec = parse_spec(
         {
@@ -111,7 +112,7 @@ def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, chec
     )
     torch.manual_seed(SEED)
     team = Team(spec)
-    optimizers = make_optimizers(team)
+    optimizers = make_optimizers(team, optim_settings(spec))
     if team.encode(AGENT, prompts[0][0]) != check_prompt:
         raise SystemExit("Team.encode and the chat template disagree on the prompt; the bench would not compare the same work")
     timing = Timing("pettingllms", parts={"sample": 0.0, "update": 0.0})
@@ -130,9 +131,9 @@ def bench_pettingllms(prompts: list[tuple[list[dict], float]], warmup: int, chec
                 Sample(agent=AGENT, role=ROLE, turn=0, problem_id=f"p{step}", group=group, prompt=prompt, completion=ids,
                        text=text, reward=r, team_reward=r, local_reward=0.0)
             )  # fmt: skip
-        assign_advantages(spec, samples)
-        zero_std += all(s.advantage == 0 for s in samples)
-        update(team, optimizers, samples)
+        advantages, _ = compute_advantages(spec, samples)
+        zero_std += all(a == 0 for a in advantages)
+        update(team, optimizers, samples, advantages, update_settings(spec))
         ended = time.perf_counter()
         if step >= warmup:
             timing.tokens.append(sum(len(c) for c in completions))

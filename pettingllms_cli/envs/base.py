@@ -33,6 +33,9 @@ class Problem:
     meta: dict = field(default_factory=dict)
 
 
+DUE = "verdict_due"  # StepResult.info key of a judged action: the verdict the facts called for (True: let it run / accept)
+
+
 @dataclass
 class StepResult:
     local_reward: float

@@ -40,11 +40,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pettingllms_cli.envs.base import DUE  # noqa: F401  (the judges' info key; judging.py reads it from here)
 from pettingllms_cli.envs.messages import Message
 from pettingllms_cli.envs.rewards import JUDGED_RIGHT, JUDGED_WRONG, NO_VERDICT
 from pettingllms_cli.tools.calls import ToolCall
 
-DUE = "verdict_due"  # info key of a judged action: the verdict the facts called for (True: let it run / accept)
 REPLY_FORM = 'Reply "Yes." or "No: <why>."'  # closes each case
 VERDICT_FORM = f"{REPLY_FORM} (your first word is Yes or No)."  # the one form `verdict` reads, told in the system prompt
 REASON_CHARS = 160  # how much of a judge's reply the planner hears when its call is sent back

@@ -11,9 +11,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from pettingllms_cli.envs.base import Message, StepResult
+from pettingllms_cli.envs.base import DUE, Message, StepResult
 from pettingllms_cli.envs.messages import action_text
-from pettingllms_cli.envs.review import DUE
 from pettingllms_cli.policy.sampler import Sampler
 from pettingllms_cli.policy.sampling import row_seed
 from pettingllms_cli.rollout import coordination

@@ -21,9 +21,11 @@ Cost in sampled tokens, per problem and turn, with R roles in the turn, K = grou
 most `max_new_tokens` per action: tree sampling itself samples R*K actions; a role at position i
 (0-based) that is played on adds K*(R-1-i) (one action per later role for each candidate), plus
 R-1-i for the no-op's play-out under `difference`. `turn_end`: K*R(R-1)/2 (+ R(R-1)/2) in all.
-`deferred` on the built-in envs, whose only deferred roles are the first of two
-(`function_call_v0` planner, `code_v0` tester): K more (3K instead of 2K, x1.5, + 1 under
-`difference`) there, nothing for envs without deferred roles. One role, or K = 1 (evaluation):
+`deferred` on the built-in envs (each env class declares its `deferred_roles`; docs/credit.md lists
+them, checked by tests/test_one_home.py): a 2-role layout whose first role is deferred (`code_v0`
+tester, `function_call_v0` and `function_select_v0` first roles) samples K more (3K instead of 2K,
+x1.5, + 1 under `difference`); the `team` layouts' planner and validator, deferred before the reader,
+2K + K more (6K instead of 3K, x2); envs without deferred roles nothing. One role, or K = 1 (evaluation):
 nothing. Those actions count in `tokens_generated` (and `Rollout.playout_tokens`,
 `Rollout.playout_actions`) and are not trained: one sample per
 candidate is not a group. Envs that score by running code (code_v0) also run the sandbox once per

@@ -14,8 +14,8 @@ import torch
 
 from pettingllms_cli.analysis.rollout_settings import evaluation_settings
 from pettingllms_cli.envs import Problem
+from pettingllms_cli.envs.base import DUE
 from pettingllms_cli.envs.messages import generated_part, prefill
-from pettingllms_cli.envs.review import DUE
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.rollout.collect import rollout
 from pettingllms_cli.rollout.episodes import make_envs

@@ -20,6 +20,7 @@ from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.advantages import compute_advantages, tally_verdicts
 from pettingllms_cli.training.checkpoint import STATE_FILE
 from pettingllms_cli.training.loop import train
+from tests.samples import caller_sample
 from tests.test_showcase_envs import calc, foreign_number, math_env, wrong_op
 
 
@@ -90,33 +91,11 @@ def test_cases_add_up_over_steps_and_other_roles_are_untouched(smoke_tree):
     samples = _judge_samples([True, False])
     seen = tally_verdicts(spec, {"verifier": [0, 4]}, samples)
     assert seen == {"verifier": [2, 6]}  # this step's 2 + 0 judged actions due approval, 2 + 4 due sending back
-    caller = Sample(
-        agent="caller",
-        role="tool_caller",
-        turn=0,
-        problem_id="p9",
-        group=("p9", "tool_caller", 0),
-        prompt=[1],
-        completion=torch.tensor([2]),
-        text="x",
-        reward=1.0,
-        team_reward=1.0,
-        local_reward=0.0,
-    )
-    other = Sample(
-        agent="caller",
-        role="tool_caller",
-        turn=0,
-        problem_id="p9",
-        group=("p9", "tool_caller", 0),
-        prompt=[1],
-        completion=torch.tensor([2]),
-        text="y",
-        reward=0.0,
-        team_reward=0.0,
-        local_reward=0.0,
-    )
-    plain = [caller, other]
+    group = ("p9", "tool_caller", 0)
+    plain = [
+        caller_sample(problem_id="p9", group=group, text="x", reward=1.0, team_reward=1.0),
+        caller_sample(problem_id="p9", group=group, text="y"),
+    ]
     advantages, _ = compute_advantages(spec, plain, seen)
     assert [round(a, 3) for a in advantages] == [0.707, -0.707]  # GRPO's own advantages
     assert tally_verdicts(_spec(smoke_tree, False), {}, samples) == {}  # off: nothing counted

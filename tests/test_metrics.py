@@ -20,6 +20,7 @@ from pettingllms_cli.rollout.records import Rollout
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.metrics import compute_metrics, step_metrics
 from pettingllms_cli.training.update_settings import optim_settings, update_settings
+from tests.samples import caller_sample
 from tests.scripted import on_policy_episodes, tree_rollout
 
 PROBLEM = Problem("p0", "Tom has 12 apples and buys 7 more. How many apples?", 19.0, {"expression": "12+7"})
@@ -125,7 +126,7 @@ def test_a_step_whose_only_group_tied_trains_nothing_and_says_so(smoke_tree):
     from pettingllms_cli.algorithms.optim import make_optimizers
     from pettingllms_cli.algorithms.update import update
     from pettingllms_cli.policy.adapters import Team
-    from pettingllms_cli.rollout.records import Rollout, Sample
+    from pettingllms_cli.rollout.records import Rollout
     from pettingllms_cli.training.metrics import compute_metrics
 
     tree = copy.deepcopy(smoke_tree)
@@ -135,19 +136,7 @@ def test_a_step_whose_only_group_tied_trains_nothing_and_says_so(smoke_tree):
     prompt = team.encode("caller", [{"role": "user", "content": "What is 12+7?"}])
     group = ("p0", "tool_caller", 0)
     samples = [
-        Sample(
-            agent="caller",
-            role="tool_caller",
-            turn=0,
-            problem_id="p0",
-            group=group,
-            prompt=prompt,
-            completion=torch.tensor(ids),
-            text="",
-            reward=0.5,
-            team_reward=0.5,
-            local_reward=0.0,
-        )
+        caller_sample(group=group, prompt=prompt, completion=torch.tensor(ids), reward=0.5, team_reward=0.5)
         for ids in ([11, 12, 13], [21, 22])
     ]
     tied = group_advantages(torch.tensor([0.5, 0.5]), [group, group]).tolist()  # the group tied: 0 and 0

@@ -16,6 +16,7 @@ from pettingllms_cli.policy.logprobs import group_logprobs
 from pettingllms_cli.policy.sampling import GumbelSampler
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.training.update_settings import optim_settings, update_settings
+from tests.samples import caller_sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -24,22 +25,7 @@ def _samples(team: Team) -> tuple[torch.Tensor, list[Sample]]:
     prompt = team.encode("caller", [{"role": "user", "content": "What is 12+7?"}])
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 200, (2, 4), generator=generator)  # two completions of 4 tokens, no EOS, no padding
-    samples = [
-        Sample(
-            agent="caller",
-            role="tool_caller",
-            turn=0,
-            problem_id="p0",
-            group=("p0", "tool_caller", 0),
-            prompt=prompt,
-            completion=ids[i],
-            text="",
-            reward=0.0,
-            team_reward=0.0,
-            local_reward=0.0,
-        )
-        for i in range(2)
-    ]
+    samples = [caller_sample(prompt=prompt, completion=ids[i]) for i in range(2)]
     return torch.tensor(prompt), samples
 
 

@@ -11,6 +11,7 @@ from pettingllms_cli.envs.base import Problem
 from pettingllms_cli.envs.code import CODE_PREFIX, CodeEnv, mutants
 from pettingllms_cli.envs.math_tool import CALL_PREFIX, MathToolEnv
 from pettingllms_cli.rollout.records import Sample
+from tests.samples import caller_sample
 
 ADD_ONE = Problem(
     "add_one",
@@ -79,19 +80,8 @@ def test_the_callers_retry_is_not_told_a_right_call_was_wrong():
 
 
 def _sample(text: str, reward: float, success: bool, ids: list[int]) -> Sample:
-    return Sample(
-        agent="caller",
-        role="tool_caller",
-        turn=0,
-        problem_id="p0",
-        group=("p0",),
-        prompt=[1],
-        completion=torch.tensor(ids),
-        text=text,
-        reward=reward,
-        team_reward=reward,
-        local_reward=0.0,
-        team_success=success,
+    return caller_sample(
+        group=("p0",), completion=torch.tensor(ids), text=text, reward=reward, team_reward=reward, team_success=success
     )
 
 

@@ -16,11 +16,11 @@ from pettingllms_cli.envs.math_tool import MathToolEnv
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.models.tiny import tiny_model
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.rollout.roles import rotation
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.update_settings import distill_settings, optim_settings, update_settings
 from tests.conftest import run_cli
+from tests.samples import caller_sample
 from tests.scripted import ScriptedTeam as Scripted
 from tests.scripted import parallel_rollout, tree_rollout
 
@@ -222,20 +222,8 @@ def test_distillation_lowers_the_targets_nll_on_the_sources_trajectories(smoke_t
     obs = env.observe("tool_caller")
     texts = [obs[-1]["content"] + '12+7"}}</tool_call>', obs[-1]["content"] + "xx"]
     samples = [
-        Sample(
-            agent="caller",
-            role="tool_caller",
-            turn=0,
-            problem_id="p0",
-            group=("p0",),
-            prompt=[1],
-            completion=torch.tensor([1]),
-            text=t,
-            reward=r,
-            team_reward=r,
-            local_reward=0.0,
-            messages=obs,
-            team_success=True,
+        caller_sample(
+            group=("p0",), completion=torch.tensor([1]), text=t, reward=r, team_reward=r, messages=obs, team_success=True
         )
         for t, r in zip(texts, (1.0, 0.5), strict=True)
     ]  # team_success: distillation imitates only samples after which the team succeeded

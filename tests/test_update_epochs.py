@@ -12,6 +12,7 @@ from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.rollout.records import Sample
 from pettingllms_cli.spec import parse_spec
 from pettingllms_cli.training.update_settings import optim_settings, update_settings
+from tests.samples import caller_sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -29,22 +30,7 @@ def one_prompt_samples(team: Team) -> list[Sample]:
     prompt = team.encode("caller", [{"role": "user", "content": "What is 12+7?"}])
     group = ("p0", "tool_caller", 0)
     completions = (torch.tensor([11, 12, 13, 14]), torch.tensor([21, 22]))
-    return [
-        Sample(
-            agent="caller",
-            role="tool_caller",
-            turn=0,
-            problem_id="p0",
-            group=group,
-            prompt=prompt,
-            completion=ids,
-            text="",
-            reward=0.0,
-            team_reward=0.0,
-            local_reward=0.0,
-        )
-        for ids in completions
-    ]
+    return [caller_sample(group=group, prompt=prompt, completion=ids) for ids in completions]
 
 
 def test_one_pass_is_the_on_policy_step(smoke_tree) -> None:

@@ -71,9 +71,9 @@ class AlgorithmSpec(Strict):
         description="What divides the group-centred rewards. `group`: the group's std (GRPO); at K=2 any two different "
         "rewards become +-0.707, so a 0.1 format difference pushes as hard as a team success. `batch`: the std of all the "
         "step's rewards (every rank's), one scale for every group. `none`: only centred (Dr. GRPO), so an advantage is as "
-        "large as the reward difference. Default `group`: measured on the quickstart (one seed, held-out of 24 from 11) "
-        "group 24, batch 24, none 22, so neither alternative did better (docs/credit.md); true/false from older specs "
-        "mean group/none.",
+        "large as the reward difference. Default `group`: measured (one seed each, held-out of 24) on the quickstart from 11: "
+        "group 24, batch 24, none 22; on the selection showcase pair, lone from 0 / team from 6: group 1 / 7, batch 1 / 7, "
+        "none 2 / 7; so neither alternative did better (docs/credit.md). true/false from older specs mean group/none.",
     )
     filter_zero_std: bool = Field(False, description="Drop groups whose rewards are all equal before the update.")
     tis_cap: float | None = Field(

@@ -77,6 +77,29 @@ for fd in fds:
             pass
 os._exit(0)
 """,
+    # The same forged hello, then a pause (so the question is already asked when the answers arrive), then the
+    # answers without the question's nonce: the race pre_answer won now and then, made certain.
+    "pre_answer_after_a_pause": FRAME
+    + """
+import os, pickle, sys, time
+f = sys._getframe()
+fds = set()
+while f is not None:
+    fds |= {v for v in f.f_locals.values() if type(v) is int and 2 < v < 1024}
+    f = f.f_back
+def _send(msg):
+    for fd in fds:
+        try:
+            os.write(fd, _frame(pickle.dumps(msg)))
+        except OSError:
+            pass
+_send(("ready", {"add": None}))
+time.sleep(0.5)
+for msg in (("ok", 3), ("ok", 4)):
+    _send(msg)
+    time.sleep(0.2)
+os._exit(0)
+""",
     # Monkeypatch print and sys.stdout, then define a wrong add.
     "monkeypatch_print_stdout": """
 import builtins, sys, io

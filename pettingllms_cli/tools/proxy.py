@@ -4,9 +4,10 @@ The candidate's sandbox loads the model's code and only answers requests about t
 (`proxy_child.serve`). The judge's sandbox never loads model code: it runs the test setup and the tests with
 those names bound to proxies (`proxy_child.judge`), evaluates each assertion on plain data, and reports the
 verdicts to this process. Every message passes through this process: the candidate's answers go to the judge
-only, as replies to the judge's requests, so nothing the candidate prints, writes, walks or kills can produce
-a verdict; a candidate that dies or hangs fails the tests still to run. The candidate's output is discarded
-(its size changes nothing), and each sandbox keeps the caller's wall-clock limit.
+only, as replies to the judge's requests, each echoing its request's random nonce (so none can be written
+before its question), so nothing the candidate prints, writes, walks or kills can produce a verdict; a
+candidate that dies or hangs fails the tests still to run. The candidate's output is discarded (its size
+changes nothing), and each sandbox keeps the caller's wall-clock limit.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _relay(candidate: _Side, judge: _Side, n: int) -> tuple[bool, tuple[bool, ..
     while (frame := judge.recv()) is not None:
         if frame[:1] == b"C":
             candidate_up = candidate_up and not candidate.pending()  # an answer before its question: out of protocol
-            answer = candidate.recv() if candidate_up and candidate.send(frame[1:]) else None
+            answer = candidate.ask(frame[1:]) if candidate_up else None
             candidate_up = answer is not None
             if not judge.send(answer or _DEAD):
                 break
@@ -134,6 +135,13 @@ class _Side:
             chunks.append(chunk)
             size -= len(chunk)
         return b"".join(chunks)
+
+    def ask(self, request: bytes) -> bytes | None:
+        """The candidate's answer to one request, or None if it fails to answer or answers without the request's
+        nonce (bytes it wrote before the question was asked, however the race between the two processes ran)."""
+        nonce = os.urandom(proxy_child.NONCE_BYTES)
+        answer = self.recv() if self.send(nonce + request) else None
+        return answer[len(nonce) :] if answer is not None and answer[: len(nonce)] == nonce else None
 
     def send(self, payload: bytes) -> bool:
         data = memoryview(len(payload).to_bytes(4, "big") + payload)

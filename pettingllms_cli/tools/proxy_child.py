@@ -21,6 +21,7 @@ import pickle
 import sys
 
 MAX_FRAME = 16 << 20  # bytes one message may hold; a larger answer fails the call that asked for it
+NONCE_BYTES = 16  # each request to the candidate starts with this many random bytes, echoed by its answer
 PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray)
 # Builtin value types travel as themselves (a test may pass `int` as an argument); calling one builds plain data.
 TYPES = (*PLAIN[1:], list, tuple, dict, set, frozenset)
@@ -103,7 +104,11 @@ class _Sink(io.TextIOBase):
 
 # --- the candidate side ---------------------------------------------------------------------------------------
 def serve(code: str, rfd: int, wfd: int) -> None:
-    """Load the candidate's code, then answer requests until an empty frame or end of file."""
+    """Load the candidate's code, then answer requests until an empty frame or end of file.
+
+    Each answer starts with its request's nonce, fresh random bytes the loaded code cannot know in advance:
+    a frame the code wrote before the question (a forged answer) does not carry it.
+    """
     sys.stdout = sys.stderr = _Sink()
     ns: dict = {"__name__": "solution", "__builtins__": builtins}
     try:
@@ -113,8 +118,8 @@ def serve(code: str, rfd: int, wfd: int) -> None:
         return
     write_frame(wfd, dumps(("ready", _exported(ns))))
     table: dict = {}
-    while (frame := read_frame(rfd)) is not None and frame:
-        write_frame(wfd, _answer(frame, ns, table))
+    while (frame := read_frame(rfd)) is not None and frame:  # each request: its nonce, then the request
+        write_frame(wfd, frame[:NONCE_BYTES] + _answer(frame[NONCE_BYTES:], ns, table))
 
 
 def _exported(ns: dict) -> dict[str, str | None]:

@@ -17,6 +17,26 @@ from pettingllms_cli.envs.code import extract_code, run_tests
 TESTS = ("assert add(1, 2) == 3", "assert add(2, 2) == 4")
 FRAME = "def _frame(b):\n    import os\n    return len(b).to_bytes(4, 'big') + b\n"
 
+# Collect every descriptor in the frames above (the candidate side's pipes) and send protocol messages into them.
+FORGE = (
+    FRAME
+    + """
+import os, pickle, sys
+f = sys._getframe()
+fds = set()
+while f is not None:
+    fds |= {v for v in f.f_locals.values() if type(v) is int and 2 < v < 1024}
+    f = f.f_back
+HELLO = ("ready", {"add": None})
+def _send(msg):
+    for fd in fds:
+        try:
+            os.write(fd, _frame(pickle.dumps(msg)))
+        except OSError:
+            pass
+"""
+)
+
 HACKS = {
     # The issue's reproduction: walk up to the harness's globals, print its nonce lines, leave before any test.
     "frame_walk_print_exit": """
@@ -61,39 +81,13 @@ for fd in range(0, 256):
 os._exit(0)
 """,
     # Answer the judge before it asks: a forged hello and the two right answers, then exit.
-    "pre_answer": FRAME
+    "pre_answer": FORGE + "for msg in (HELLO, ('ok', 3), ('ok', 4)):\n    _send(msg)\nos._exit(0)\n",
+    # The same, with pauses (so the question is already asked when the answers arrive) and answers without the
+    # question's nonce: the race pre_answer won now and then, made certain.
+    "pre_answer_after_a_pause": FORGE
     + """
-import os, pickle, sys
-f = sys._getframe()
-fds = set()
-while f is not None:
-    fds |= {v for v in f.f_locals.values() if type(v) is int and 2 < v < 1024}
-    f = f.f_back
-for fd in fds:
-    for msg in (("ready", {"add": None}), ("ok", 3), ("ok", 4)):
-        try:
-            os.write(fd, _frame(pickle.dumps(msg)))
-        except OSError:
-            pass
-os._exit(0)
-""",
-    # The same forged hello, then a pause (so the question is already asked when the answers arrive), then the
-    # answers without the question's nonce: the race pre_answer won now and then, made certain.
-    "pre_answer_after_a_pause": FRAME
-    + """
-import os, pickle, sys, time
-f = sys._getframe()
-fds = set()
-while f is not None:
-    fds |= {v for v in f.f_locals.values() if type(v) is int and 2 < v < 1024}
-    f = f.f_back
-def _send(msg):
-    for fd in fds:
-        try:
-            os.write(fd, _frame(pickle.dumps(msg)))
-        except OSError:
-            pass
-_send(("ready", {"add": None}))
+import time
+_send(HELLO)
 time.sleep(0.5)
 for msg in (("ok", 3), ("ok", 4)):
     _send(msg)

@@ -4,8 +4,8 @@ The candidate's sandbox loads the model's code and only answers requests about t
 (`proxy_child.serve`). The judge's sandbox never loads model code: it runs the test setup and the tests with
 those names bound to proxies (`proxy_child.judge`), evaluates each assertion on plain data, and reports the
 verdicts to this process. Every message passes through this process: the candidate's answers go to the judge
-only, as replies to the judge's requests, each echoing its request's random nonce (so none can be written
-before its question), so nothing the candidate prints, writes, walks or kills can produce a verdict; a
+only, as replies to the judge's requests, each echoing its request's random nonce, which no answer written
+before its question can carry. Nothing the candidate prints, writes, walks or kills can produce a verdict; a
 candidate that dies or hangs fails the tests still to run. The candidate's output is discarded (its size
 changes nothing), and each sandbox keeps the caller's wall-clock limit.
 """
@@ -68,7 +68,6 @@ def _relay(candidate: _Side, judge: _Side, n: int) -> tuple[bool, tuple[bool, ..
     passed, loaded, candidate_up = [False] * n, False, True
     while (frame := judge.recv()) is not None:
         if frame[:1] == b"C":
-            candidate_up = candidate_up and not candidate.pending()  # an answer before its question: out of protocol
             answer = candidate.ask(frame[1:]) if candidate_up else None
             candidate_up = answer is not None
             if not judge.send(answer or _DEAD):
@@ -137,10 +136,11 @@ class _Side:
         return b"".join(chunks)
 
     def ask(self, request: bytes) -> bytes | None:
-        """The candidate's answer to one request, or None if it fails to answer or answers without the request's
-        nonce (bytes it wrote before the question was asked, however the race between the two processes ran)."""
+        """The candidate's answer to one request, or None if it fails to answer or answers out of protocol: bytes
+        already waiting before the question, or an answer without the request's nonce (bytes it wrote before the
+        question was asked, however the race between the two processes ran)."""
         nonce = os.urandom(proxy_child.NONCE_BYTES)
-        answer = self.recv() if self.send(nonce + request) else None
+        answer = self.recv() if not self.pending() and self.send(nonce + request) else None
         return answer[len(nonce) :] if answer is not None and answer[: len(nonce)] == nonce else None
 
     def send(self, payload: bytes) -> bool:

@@ -1,7 +1,9 @@
 """One optimizer step per adapter: PPO-clip (+ optional k3 KL) on the agent's own samples.
 
 Samples that share a prompt are scored in one forward (the prompt once, its cache expanded to
-the K completions), and each forward is backpropagated at once, so memory holds one group.
+the K completions), and each forward is backpropagated at once, so memory holds one group. The
+preamble all of an adapter's groups share is run once per pass with gradients (policy/logprobs.py
+`run_prefix`): each group runs only its own prompt tokens on it, and one backward through it follows the groups'.
 The loss is the token mean over all of an adapter's samples: each group's token sum is divided
 by the adapter's total completion tokens before backward, so accumulation equals one big batch.
 Under data parallelism (distributed.py) that total counts every rank's tokens and the gradients
@@ -41,7 +43,7 @@ from pettingllms_cli.algorithms.settings import UpdateSettings
 from pettingllms_cli.algorithms.stats import RANK_SUMMED, AgentStats, Sums, agent_stats
 from pettingllms_cli.memory import release_freed_memory
 from pettingllms_cli.policy.adapters import Team
-from pettingllms_cli.policy.logprobs import group_logprobs, logprob_key, pad
+from pettingllms_cli.policy.logprobs import PromptPrefix, group_logprobs, logprob_key, pad, run_prefix
 from pettingllms_cli.rollout.records import Sample
 
 Scored = tuple[Sample, float]  # a sample and its advantage (the loop computes advantages beside the samples)
@@ -120,7 +122,10 @@ def _update_adapter(
         return math.nan, []  # no rank has samples for this adapter
     optimizer.zero_grad(set_to_none=True)
     finite = True
-    for key, scored in sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0][0].group):
+    groups = sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0][0].group)
+    live = [(key, scored) for key, scored in groups if settings.kl_coef > 0 or any(a != 0 for _, a in scored)]
+    prefix = _shared_prefix(team, live)
+    for key, scored in groups:
         agent = key[0]
         batch, advantages = [s for s, _ in scored], [a for _, a in scored]
         if first:  # counted once however many passes
@@ -130,7 +135,7 @@ def _update_adapter(
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
         theirs = None if sampler_logp is None else sampler_rows(adapter, batch, sampler_logp)  # (log-probs, recorded)
         old = None if sampled is None else sampled.get(key)
-        loss, logp, part = batch_loss(team, settings, agent, batch, advantages, old, theirs)
+        loss, logp, part = batch_loss(team, settings, agent, batch, advantages, old, theirs, prefix)
         sums[agent] += part
         if first and theirs is not None:
             sums[agent] += gap_sums(logp, *theirs)
@@ -140,9 +145,20 @@ def _update_adapter(
         finite = finite and bool(torch.isfinite(loss))
         if finite:
             loss.backward()  # a non-finite loss never reaches the gradients
+    if prefix is not None and finite:
+        prefix.backward()  # every group's gradient through the shared preamble, once
+    del prefix
     norm = guarded_step(optimizer, team.params[adapter], settings.max_grad_norm, finite)
     release_freed_memory()  # this adapter's activations: freed, so the next agent does not stack its own on top
     return norm, [a for a, n in zip(agents, present, strict=True) if n]
+
+
+def _shared_prefix(team: Team, live: list[tuple[tuple, list[Scored]]]) -> PromptPrefix | None:
+    """The preamble the adapter's trained groups share, run once through it (`run_prefix`); None for fewer than two."""
+    if len(live) < 2:
+        return None
+    agent = live[0][0][0]  # every agent of the adapter runs it alike
+    return run_prefix(team.activate(agent), [list(scored[0][0].prompt) for _, scored in live])
 
 
 def sampler_rows(adapter: str, batch: list[Sample], sampler_logp: dict[tuple, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -186,6 +202,7 @@ def batch_loss(
     advantages: Sequence[float],
     old_logp: torch.Tensor | None = None,
     sampler: tuple[torch.Tensor, torch.Tensor] | None = None,
+    prefix: PromptPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Sums]:
     """Token-summed PPO-clip (+ KL) loss of one prompt's K completions with their K `advantages`, their log-probs
     (detached), and the group's sums of the loss, KL, entropy, clipped tokens and importance weights.
@@ -195,6 +212,8 @@ def batch_loss(
     `sampler` (`sampler_rows`): the sampler's own log-probs and the mask of the tokens it recorded; with
     `settings.tis_cap`, each token's policy-gradient term (not the KL) is multiplied by its detached weight
     min(exp(old_logp - sampler log-prob), tis_cap), 1 on tokens the sampler did not record.
+    `prefix` (`run_prefix`): the leading prompt tokens the adapter's groups share, already run; the caller calls its
+    `backward` after every group's.
     """
     cut = settings.truncation()  # the distribution sampled from
     model = team.activate(agent)
@@ -202,7 +221,7 @@ def batch_loss(
     prompt = torch.tensor(batch[0].prompt)  # [Lp]
     ids, mask = pad([s.completion for s in batch], tokenizer.pad_token_id)  # [K, Lc]
     mask, adv = mask.to(model.device), torch.tensor(advantages, dtype=torch.float32, device=model.device)  # [K]
-    logp, entropy = group_logprobs(model, prompt, ids, settings.temperature, shared_prompt=True, **cut)
+    logp, entropy = group_logprobs(model, prompt, ids, settings.temperature, shared_prompt=True, prefix=prefix, **cut)
     first = old_logp is None
     old_logp = logp.detach() if first else old_logp
     per_token, clipped = ppo_clip_loss(logp, old_logp, adv, settings.clip_eps, settings.clip_eps_high)

@@ -1,5 +1,10 @@
 """Completion-only log-probs of one prompt's K completions (`group_logprobs`: the update, distillation, chat's scores).
 
+`run_prefix` runs the leading tokens that several prompts share (a few-shot preamble) once, with gradients, for
+every group of an update to read: each group then runs only its own prompt tokens and its completions, and
+`PromptPrefix.backward` sends the groups' summed gradient through the preamble once (the same gradient as running
+it in every group, without its forward and backward per group).
+
 `pad(seqs, pad_id, side)` stacks variable-length ids with the mask of real tokens: right-padded for
 completions here, left-padded for the whole sequences evaluation scores (its log-probs are its own, in
 analysis/evaluate.py).
@@ -7,12 +12,16 @@ analysis/evaluate.py).
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
 
 from pettingllms_cli.models.precision import lora_in_base_dtype
+from pettingllms_cli.policy.decoding import prefix_run_once
 from pettingllms_cli.policy.sampling import truncate
 
 
@@ -40,6 +49,58 @@ def pad(
     return ids, mask
 
 
+FORKABLE_LAYERS = (DynamicLayer, DynamicSlidingWindowLayer)  # cache layers whose update rebinds, never writes in place
+
+
+@dataclass
+class PromptPrefix:
+    """The leading prompt tokens `ids` run once with gradients; `fork` gives each group a cache to continue from.
+
+    The cache's keys and values are leaves detached from the forward that made them (`graph`): each group's
+    backward leaves its gradient on them, and `backward` carries the sum through that forward once.
+    """
+
+    ids: list[int]
+    cache: Cache
+    graph: list[torch.Tensor]  # the forward's keys and values, layer by layer
+    leaves: list[torch.Tensor]  # their detached copies, which the cache holds
+
+    def fork(self) -> Cache:
+        """A cache of the prefix that a group's forward can extend without touching this one (the tensors are shared)."""
+        fork = copy.copy(self.cache)
+        fork.layers = [copy.copy(layer) for layer in self.cache.layers]
+        return fork
+
+    def backward(self) -> None:
+        """Send the gradient the groups left on the prefix's keys and values through the prefix forward."""
+        pairs = [(out, leaf.grad) for out, leaf in zip(self.graph, self.leaves, strict=True) if leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
+
+
+def run_prefix(model: torch.nn.Module, prompts: list[list[int]]) -> PromptPrefix | None:
+    """The prefix the prompts share (`decoding.prefix_run_once`: at least MIN_SHARED_PREFIX tokens, one own token
+    left in each prompt), run once through the active adapter; None for fewer than two prompts, a shorter prefix, or
+    a model whose cache layers cannot be shared between forwards."""
+    shared = prefix_run_once(prompts) if len(prompts) > 1 else 0
+    if not shared:
+        return None
+    device = next(model.parameters()).device
+    with lora_in_base_dtype(model):
+        cache = model(input_ids=torch.tensor([prompts[0][:shared]], device=device), use_cache=True, logits_to_keep=1).cache
+    if not all(type(layer) in FORKABLE_LAYERS for layer in cache.layers):
+        return None
+    graph, leaves = [], []
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            out = getattr(layer, name)
+            leaf = out.detach().requires_grad_(out.requires_grad)
+            setattr(layer, name, leaf)
+            graph.append(out)
+            leaves.append(leaf)
+    return PromptPrefix(ids=list(prompts[0][:shared]), cache=cache, graph=graph, leaves=leaves)
+
+
 def group_logprobs(
     model: torch.nn.Module,
     prompt: torch.Tensor,
@@ -48,6 +109,7 @@ def group_logprobs(
     shared_prompt: bool = True,
     top_k: int = 0,
     top_p: float = 1.0,
+    prefix: PromptPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs (and detached entropies) of K completions of one prompt.
 
@@ -56,13 +118,16 @@ def group_logprobs(
     (sampling.py `truncate`; the sampled token itself is never cut).
     With `shared_prompt`, the prompt is run once and its key/value cache is expanded to the K
     completions (gradients flow through it); logits are computed only for completion tokens.
+    With `prefix` (`run_prefix`, whose ids the prompt starts with), only the prompt's tokens after it are run, on a
+    fork of its cache.
     """
     k = completions.shape[0]
     device = next(model.parameters()).device
     prompt, completions = prompt.to(device), completions.to(device)
     with lora_in_base_dtype(model):  # a bf16 base's LoRA products in bf16 (the backward follows the forward's dtypes)
         if shared_prompt:
-            out = model(input_ids=prompt[None], use_cache=True, logits_to_keep=1)
+            start, cache = (len(prefix.ids), prefix.fork()) if prefix is not None else (0, None)
+            out = model(input_ids=prompt[None, start:], cache=cache, use_cache=True, logits_to_keep=1)
             cache = out.cache
             cache.batch_repeat_interleave(k)
             rest = model(input_ids=completions, cache=cache, use_cache=True).logits  # [K, Lc, V]

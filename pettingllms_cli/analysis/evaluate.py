@@ -19,6 +19,7 @@ from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import load_split
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.policy.logprobs import logprob_key, pad
+from pettingllms_cli.policy.row_lora import per_row_lora
 from pettingllms_cli.rollout.collect import rollout
 from pettingllms_cli.rollout.episodes import Episode, episode_metrics, make_envs
 from pettingllms_cli.rollout.records import Sample
@@ -45,7 +46,7 @@ def action_logprobs(team: Team, samples: list[Sample], recorded: dict[tuple, flo
     A continuous fingerprint of the policy: it moves with any adapter change, even when the
     decoded text (and so success) does not. Actions whose log-prob was recorded while they were
     sampled (`Team.recording_logprobs`) are read from `recorded`; the others get one left-padded
-    forward per base, each row through its agent's adapter (PEFT mixed-adapter batch), with logits
+    forward per base, each row through its agent's adapter (PEFT mixed-adapter batch, policy/row_lora.py), with logits
     only for the last (completion) positions.
     """
     recorded = recorded or {}
@@ -67,7 +68,10 @@ def action_logprobs(team: Team, samples: list[Sample], recorded: dict[tuple, flo
         ids, mask = ids.to(model.device), mask.to(model.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         adapters = [team.spec.adapter_of(s.agent) for s in own]
-        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=tail + 1, adapter_names=adapters)
+        with per_row_lora(model, adapters, model.dtype):  # each LoRA layer one masked product over the adapters
+            out = model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=tail + 1, adapter_names=adapters
+            )
         model.train(was_training)
         logp = torch.log_softmax(out.logits[:, :-1].float(), dim=-1).gather(-1, ids[:, -tail:, None]).squeeze(-1)  # [N, tail]
         for i, s in enumerate(own):

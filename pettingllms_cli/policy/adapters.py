@@ -13,7 +13,7 @@ tokenizers), all in one process. Bases are keyed by `spec.base_of(agent)`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -26,6 +26,7 @@ from pettingllms_cli.models.precision import lora_in_base_dtype
 from pettingllms_cli.policy import decoding, prompts
 from pettingllms_cli.policy.decoding import cut_at_eos
 from pettingllms_cli.policy.logprobs import logprob_key
+from pettingllms_cli.policy.row_lora import per_row_lora
 from pettingllms_cli.spec import Experiment, LoraSpec, ModelSpec
 
 
@@ -152,7 +153,8 @@ class Team:
         """K completions for each prompt, prompt i by agents[i]. Returns [prompt][k] -> ids [T_i] (on the CPU).
 
         Rows whose agents share a base run in one batched generate, each row through its own
-        adapter (PEFT mixed-adapter batches); agents on different bases get one generate per base.
+        adapter (PEFT mixed-adapter batches, each LoRA layer one masked product over the batch's adapters:
+        row_lora.py); agents on different bases get one generate per base.
         Each row gets the tokens a per-agent `sample` call gives it (greedy, or with `seeds`), up to
         float rounding in the wider batch. Mixed batches are inference-only: PEFT refuses
         `adapter_names` in training mode, so updates stay one adapter at a time.
@@ -223,8 +225,9 @@ class Team:
             pick = decoding.multinomial_picker(temperature, self.spec.train.top_k, self.spec.train.top_p)
         was_training = model.training
         model.eval()  # PEFT accepts adapter_names only in eval mode
+        mixed = per_row_lora(model, adapters, model.dtype) if adapters else nullcontext()  # one product per layer
         try:
-            with lora_in_base_dtype(model):  # a bf16 base's LoRA products in bf16: no fp32 round trip per layer
+            with lora_in_base_dtype(model), mixed:  # a bf16 base's LoRA products in bf16: no fp32 round trip per layer
                 start = decoding.prefill(model, prompts, pad, k, adapters)
                 record = self.logprob_record is not None
                 out, logps = decoding.decode(model, start, pick, max_new_tokens, eos, pad, expanded, logprobs=record)

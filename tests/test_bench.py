@@ -39,9 +39,18 @@ def test_bench_memory_prints_ratio():
 
 
 @pytest.mark.slow
-def test_bench_mixed_sampling_prints_speedup():
-    figures = run_bench("bench_mixed_sampling.py")  # it also exits non-zero if the two ways' tokens differ
-    assert math.isfinite(figures["mixed_over_per_agent_speedup"])
+def test_bench_one_forward_prints_its_ratios():
+    figures = run_bench("bench_one_forward.py")  # it also exits non-zero if the team's ways give different tokens
+    for name in (
+        "team4_over_single",
+        "team4_over_single_decode",
+        "mixed_over_per_agent",
+        "fused_over_peft_mixed",
+        "prefix_share_speedup",
+        "update_prefix_speedup",
+        "decode_over_bandwidth_bound",
+    ):
+        assert math.isfinite(figures[name]) and figures[name] > 0, name
 
 
 @pytest.mark.slow

@@ -56,8 +56,8 @@ class Masks:
 def plain(layer: LoraLinear, adapters: list[str]) -> bool:
     """Whether every adapter of the batch is vanilla LoRA on this layer (no variant, no bias), so the fused sum holds."""
     present = [a for a in adapters if a in layer.lora_A]
-    return bool(present) and not any(a in layer.lora_variant for a in present) and all(
-        layer.lora_B[a].bias is None for a in present
+    return (
+        bool(present) and not any(a in layer.lora_variant for a in present) and all(layer.lora_B[a].bias is None for a in present)
     )
 
 

@@ -91,8 +91,8 @@ def test_nan_gradient_skips_only_that_agents_update(smoke_spec) -> None:
 def nan_loss_for(agent: str):
     real = update_mod.batch_loss
 
-    def patched(team, settings, who, batch, advantages, old_logp=None, sampler=None):
-        loss, logp, sums = real(team, settings, who, batch, advantages, old_logp, sampler)
+    def patched(team, settings, who, batch, advantages, old_logp=None, sampler=None, prefix=None):
+        loss, logp, sums = real(team, settings, who, batch, advantages, old_logp, sampler, prefix)
         return (loss * math.nan if who == agent else loss), logp, sums
 
     return patched

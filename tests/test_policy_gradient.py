@@ -44,7 +44,8 @@ def test_an_update_raises_positive_and_lowers_negative_advantage_completions(smo
     team = Team(smoke_spec)
     prompt, samples = _samples(team)
     if not shared:  # the update's forward through the plain path: prompt and completion concatenated per row
-        plain = lambda model, p, c, t, shared_prompt=True: group_logprobs(model, p, c, t, shared_prompt=False)  # noqa: E731
+        # the whole prompt per row: a shared preamble's cache is not read (its leaves get no gradient, its backward is a no-op)
+        plain = lambda model, p, c, t, shared_prompt=True, prefix=None: group_logprobs(model, p, c, t, shared_prompt=False)  # noqa: E731
         monkeypatch.setattr(update_module, "group_logprobs", plain)
     before = _logp(team, prompt, samples, shared)
     assert before == pytest.approx(_logp(team, prompt, samples, not shared), abs=1e-4)  # both paths score alike

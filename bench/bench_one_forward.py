@@ -37,7 +37,6 @@ import torch
 from bench_dtype import decode_seconds, timed_step
 from common import base_dtype, bench_args, copy_bytes_per_cpu_second, perturb_adapters
 
-SPEC = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 AGENTS, TEAM_PROBLEMS, K, MAX_NEW_TOKENS = 4, 8, 4, 12
 
@@ -200,6 +199,7 @@ def prefix_and_decode(repeats: int) -> None:
 
     from pettingllms_cli.analysis.rollout_settings import rollout_settings
     from pettingllms_cli.policy import decoding
+    from pettingllms_cli.policy.logprobs import pad as pad_rows
     from pettingllms_cli.rollout.episodes import make_envs
     from pettingllms_cli.training.loop import load_problems
 
@@ -209,8 +209,6 @@ def prefix_and_decode(repeats: int) -> None:
     model = team.activate("caller")
     model.eval()
     pad = team.tokenizer_of("caller").pad_token_id
-    from pettingllms_cli.policy.logprobs import pad as pad_rows
-
     ids, mask = pad_rows([p for p in prompts for _ in range(K)], pad, side="left")  # every row whole, each prompt K times
     seconds, _ = alternate(
         {

@@ -124,6 +124,7 @@ def _update_adapter(
     finite = True
     groups = sorted(_by_prompt(own).items(), key=lambda kv: kv[1][0][0].group)
     live = [(key, scored) for key, scored in groups if settings.kl_coef > 0 or any(a != 0 for _, a in scored)]
+    trained_keys = {key for key, _ in live}
     prefix = _shared_prefix(team, live)
     for key, scored in groups:
         agent = key[0]
@@ -131,7 +132,7 @@ def _update_adapter(
         if first:  # counted once however many passes
             trained = sum(len(s.completion) for s, a in scored if settings.kl_coef > 0 or a != 0)
             sums[agent] += Sums(tokens=sum(len(s.completion) for s in batch), trained_tokens=trained)
-        if settings.kl_coef == 0 and all(a == 0 for a in advantages):
+        if key not in trained_keys:
             continue  # no gradient signal: skip the forward, keep the tokens in the mean
         theirs = None if sampler_logp is None else sampler_rows(adapter, batch, sampler_logp)  # (log-probs, recorded)
         old = None if sampled is None else sampled.get(key)

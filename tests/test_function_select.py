@@ -279,3 +279,25 @@ def test_a_call_that_fits_the_schema_is_handed_in_even_when_wrong_and_one_round_
     once = FunctionSelectEnv(problem, "single", 1)
     result = once.step("caller", _breaking_call(problem)[0])
     assert result.truncated and not once.handed_in and once.done and result.team_reward == 0.0
+
+
+# --- held-out sets large enough to separate arms (issue 41) ------------------------------------------------------
+@pytest.mark.parametrize("seed", range(3))
+def test_the_showcase_held_out_splits_hold_96_problems_disjoint_from_training(seed):
+    """Both held-out splits of the selection showcase hold its 96 problems for every compare seed; no held-out
+    request is ever a training request, and the unseen split offers no function any training problem offers."""
+    spec = load_spec(EXPERIMENTS / "showcase_select_team.yaml", [f"seed={seed}"])
+    assert spec.env.eval_problems >= 96
+    n = spec.env.eval_problems
+    training = FunctionSelectEnv.load_problems("generated", "train", seed, generated.MOST)
+    in_catalogue = FunctionSelectEnv.load_problems("generated", "test", seed, n)
+    unseen = FunctionSelectEnv.load_problems(UNSEEN, "test", seed, n)
+    assert len(in_catalogue) == n and len(unseen) == n
+    asked = {p.question for p in training}
+    for split in (in_catalogue, unseen):
+        assert len({p.question for p in split}) == n  # distinct requests: each problem counts once
+        assert not asked & {p.question for p in split}
+    trained_names = {f["name"] for p in training for f in p.meta["functions"]}
+    unseen_names = {f["name"] for p in unseen for f in p.meta["functions"]}
+    assert unseen_names and not trained_names & unseen_names
+    assert FunctionSelectEnv.load_problems(UNSEEN, "train", seed, 50) == training[:50]  # the same training problems

@@ -23,7 +23,7 @@ from pettingllms_cli.envs.base import Problem, in_test_fifth
 CATALOGUE = Path(__file__).parent / "data" / "function_select_catalogue.json"
 OFFERED = 4  # functions per problem: the right one and 3 distractors
 SCHEMA_KEYS = ("name", "description", "parameters")  # what a BFCL function record holds (the rest is the generator's)
-TRIES_PER_PROBLEM = 50  # draws in a row without a new request before a held-out split stops looking
+TRIES_PER_PROBLEM = 1000  # draws in a row without a new request before a held-out split stops looking (>= 200 problems a seed)
 MOST = 10_000  # problems a split generates at most (training's pool; `envs check` asks generated data for "all")
 
 

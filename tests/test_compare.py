@@ -12,6 +12,7 @@ import yaml
 
 from pettingllms_cli.analysis.budget import BUDGETS
 from pettingllms_cli.errors import UserError
+from pettingllms_cli.spec import load_spec
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +54,9 @@ def compared(tmp_path_factory):
 def test_writes_three_files_with_one_row_per_spec(compared):
     _, out = compared
     result = json.loads((out / "compare.json").read_text())
-    assert [r["spec"] for r in result["rows"]] == ["solo", "smoke"]
-    for row in result["rows"]:
+    arms = [r for r in result["rows"] if r["kind"] == "arm"]
+    assert [r["spec"] for r in arms] == ["solo", "smoke"]
+    for row in arms:
         assert row["seeds"] == 2
         lo, hi = row["final_success_ci"]
         assert 0.0 <= lo <= row["final_success"] <= hi <= 1.0
@@ -85,6 +87,59 @@ def test_writes_three_files_with_one_row_per_spec(compared):
     assert "| smoke/solo |" in md
 
 
+def test_the_untrained_row_is_step_0_of_the_same_runs(compared):
+    """Each arm's untrained row is scored from its own runs before training: a fresh team (no adapter trained) on the
+    held-out problems gives the same outcome per problem as the run's step 0, and the arm row's gain is final - that."""
+    from pettingllms_cli.analysis.evaluate import evaluate
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.training.compare import held_out
+
+    (solo_path, team_path), out = compared
+    result = json.loads((out / "compare.json").read_text())
+    rows = {r["spec"]: r for r in result["rows"]}
+    problems = held_out(load_spec(solo_path, ["seed=0"]), None, None)
+    assert [p.id for p in problems] == [p["id"] for p in result["held_out"]["problems"]]
+    for name, path in (("solo", solo_path), ("smoke", team_path)):
+        untrained, arm = rows[f"{name} (untrained, step 0)"], rows[name]
+        assert untrained["kind"] == "untrained" and untrained["of"] == name and untrained["step"] == 0
+        assert untrained["actions_total"] == 0 and untrained["optimizer_steps"] == 0  # no training compute
+        runs = result["runs"][name]
+        assert untrained["final_success"] == pytest.approx(sum(r["initial_success"] for r in runs) / len(runs))
+        lo, hi = untrained["final_success_ci"]
+        assert lo <= untrained["final_success"] <= hi
+        gains = [r["final_success"] - r["initial_success"] for r in runs]
+        assert arm["gain_over_untrained"] == pytest.approx(sum(gains) / len(gains))
+        assert "paired seeds" in arm["gain_over_untrained_ci_method"]
+        scored = json.loads((Path(runs[0]["run_dir"]) / "compare_eval.json").read_text())
+        spec = load_spec(path, ["seed=0"])
+        fresh = evaluate(Team(spec), spec, problems, n_transcripts=0, score_actions=False)
+        assert [e["success"] for e in fresh["per_episode"]] == [e["success"] for e in scored["initial"]["per_episode"]]
+        assert [e["actions"] for e in fresh["per_episode"]] == [e["actions"] for e in scored["initial"]["per_episode"]]
+    assert "Training bought" in (out / "compare.md").read_text()
+
+
+def test_the_lone_arm_gets_the_teams_evaluation_compute_and_best_of_k_is_labelled_oracle(compared):
+    _, out = compared
+    result = json.loads((out / "compare.json").read_text())
+    derived = {r["kind"]: r for r in result["rows"] if r["kind"] in ("majority_of_k", "best_of_k_oracle")}
+    assert set(derived) == {"majority_of_k", "best_of_k_oracle"} and {r["of"] for r in derived.values()} == {"solo"}
+    vote, oracle = derived["majority_of_k"], derived["best_of_k_oracle"]
+    k = vote["evaluation"]["k"]
+    assert k >= 3 and oracle["evaluation"]["k"] == k and "oracle" in oracle["spec"] and "oracle" not in vote["spec"]
+    assert "answer key" in oracle["evaluation"]["picks"] and "no answer key" in vote["evaluation"]["picks"]
+    team_runs, solo_runs = result["runs"]["smoke"], result["runs"]["solo"]
+    team_tokens = sum(r["eval_per_problem"][1] for r in team_runs) / len(team_runs)
+    solo_tokens = sum(r["eval_per_problem"][1] for r in solo_runs) / len(solo_runs)
+    assert k * solo_tokens >= team_tokens  # the lone arm samples at least the team's evaluation tokens a problem
+    for run in solo_runs:
+        votes = json.loads((Path(run["run_dir"]) / "compare_vote.json").read_text())
+        assert votes["k"] == k and votes["episodes"] == len(result["held_out"]["problems"])
+        assert all(p["k"] == k and 1 <= p["votes"] <= k for p in votes["per_problem"])
+        assert all(p["oracle"] or not p["majority"] for p in votes["per_problem"])  # a vote never beats any-of-K
+    assert oracle["final_success"] >= vote["final_success"]
+    assert "oracle" in (out / "compare.md").read_text()
+
+
 def test_default_budget_spends_equal_actions_and_says_so(compared):
     _, out = compared
     result = json.loads((out / "compare.json").read_text())
@@ -98,7 +153,7 @@ def test_default_budget_spends_equal_actions_and_says_so(compared):
         for run in runs:
             rows = [json.loads(line) for line in (Path(run["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
             assert sum(r["actions_total"] for r in rows) == 8
-    assert [row["actions_total"] for row in result["rows"]] == [8, 8]
+    assert [row["actions_total"] for row in result["rows"] if row["kind"] == "arm"] == [8, 8]
     assert "within one step's worth (checked)" in (out / "compare.md").read_text()
 
 

@@ -81,6 +81,8 @@ def _convergence(row: dict) -> str:
     'never (0/2 seeds)'
     """
     seeds = f"({row['converged_seeds']}/{row['seeds']} seeds)"
+    if row.get("kind", "arm") != "arm":
+        return "n/a (scored from the arm's runs)"
     if row["convergence"] is None:
         return f"never {seeds}"
     ci = _ci(row["convergence_ci"], 1)
@@ -203,6 +205,11 @@ def paired_phrase(result: dict, best: dict, runner: dict) -> str:
     return f"{said}, which includes 0: {need} at this spread"
 
 
+def trained_arms(result: dict) -> list[dict]:
+    """The rows of the arms compare trained, without the rows scored from their runs (untrained, K samples)."""
+    return [r for r in result["rows"] if r.get("kind", "arm") == "arm"]
+
+
 def verdict(result: dict) -> str:
     """One sentence: who won held-out success and by how much, whether the paired difference over seeds is clear of 0,
     at what compute.
@@ -219,9 +226,10 @@ def verdict(result: dict) -> str:
     seed (--budget actions): solo 64 actions (64 sampled actions, 0 play-outs, 0 intents) / 500 tokens, team 76
     actions (64 sampled actions, 12 play-outs, 0 intents) / 520 tokens.'
     """
-    rows = sorted(result["rows"], key=lambda r: -r["final_success"])
+    arms = trained_arms(result)
+    rows = sorted(arms, key=lambda r: -r["final_success"])
     best, runner = rows[0], rows[1]
-    compute = ", ".join(compute_phrase(r) for r in result["rows"])
+    compute = ", ".join(compute_phrase(r) for r in arms)
     tail = f"compute per seed (--budget {result['budget']['mode']}): {compute}."
     if best["final_success"] == runner["final_success"]:
         return f"No arm won held-out success: {best['spec']} and {runner['spec']} both scored {best['final_success']:.3f}; {tail}"
@@ -231,6 +239,29 @@ def verdict(result: dict) -> str:
         f"{best['spec']} won held-out success, {best['final_success']:.3f} vs {runner['final_success']:.3f} for "
         f"{runner['spec']} ({gain:+.3f}{factor}); {paired_phrase(result, best, runner)}; {tail}"
     )
+
+
+def training_phrase(result: dict) -> str:
+    """What training bought each arm (final minus step 0 of the same runs) and how the K-sample rows were matched.
+
+    >>> row = {"spec": "team", "kind": "arm", "initial_success": 0.25, "final_success": 0.5,
+    ...        "gain_over_untrained": 0.25, "gain_over_untrained_ci": [0.1, 0.4]}
+    >>> training_phrase({"rows": [row]}).split(": ", 1)[1]
+    'team 0.250 -> 0.500, +0.250 [0.100, 0.400].'
+    """
+    parts = [
+        f"{r['spec']} {r['initial_success']:.3f} -> {r['final_success']:.3f}, {r['gain_over_untrained']:+.3f}"
+        + (f" {_ci(r['gain_over_untrained_ci'])}" if r.get("gain_over_untrained_ci") else " (one seed: no interval)")
+        for r in trained_arms(result)
+        if r.get("gain_over_untrained") is not None
+    ]
+    said = "Training bought, paired over seeds (final - step 0 of the same runs, same problems): " + "; ".join(parts) + "."
+    voted = [r for r in result["rows"] if r.get("kind") == "majority_of_k"]
+    for r in voted:
+        said += f" {r['of']} at the team's evaluation compute: {r['evaluation']['matched']}."
+    if any(r.get("kind") == "best_of_k_oracle" for r in result["rows"]):
+        said += " Rows marked oracle pick by the answer key: an upper bound, not what a policy does."
+    return said
 
 
 def describe(result: dict) -> str:
@@ -279,13 +310,15 @@ def write_outputs(out: Path, result: dict) -> None:
     if not distributed.is_main():
         return  # rank 0 alone writes
     write_json(out / "compare.json", result, then="choose another --out")
-    title = "Compare: " + " vs ".join(r["spec"] for r in result["rows"])
+    title = "Compare: " + " vs ".join(r["spec"] for r in trained_arms(result))
     rows = [row_cells(r) for r in result["rows"]]
     ratio_rows = [ratio_cells(r) for r in result["ratios"]]
     md = [
         f"# {title}",
         "",
         f"**{result['verdict']}**",
+        "",
+        training_phrase(result),
         "",
         describe(result),
         "",
@@ -305,6 +338,7 @@ def write_outputs(out: Path, result: dict) -> None:
     plots = curve_plots(result)
     body = (
         f"<h1>{html.escape(title)}</h1><p><strong>{html.escape(result['verdict'])}</strong></p>"
+        f"<p>{html.escape(training_phrase(result))}</p>"
         f"<p>{html.escape(describe(result))}</p>{html_table(ROW_HEADERS, rows)}"
         + (f"<h2>Factors</h2>{html_table(RATIO_HEADERS, ratio_rows)}" if ratio_rows else "")
         + (f"<h2>Held-out curves</h2>{html_images(plots)}" if plots else "")

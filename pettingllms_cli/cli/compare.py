@@ -53,6 +53,13 @@ def compare(
     data: Annotated[
         str | None, typer.Option(help="Score every arm on this data file's held-out problems (as `eval --data`).")
     ] = None,
+    vote: Annotated[
+        bool,
+        typer.Option(
+            help="Also score each one-role arm at the team's evaluation compute: K sampled episodes a problem, combined "
+            "by majority vote and (labelled oracle) by any-of-K, K matched to the team's actions and tokens a problem."
+        ),
+    ] = True,
 ) -> None:
     """Train each spec for N seeds at equal compute, score all on the same held-out problems, write the verdict and tables."""
     from pettingllms_cli.spec import load_spec
@@ -78,6 +85,7 @@ def compare(
         budget=budget,
         data=data,
         again=again,
+        vote=vote,
     )
     print_result(result)
     say(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.html'}")

@@ -83,6 +83,7 @@ def compare(
     window: int = 3,
     data: str | None = None,
     progress: bool = True,
+    vote: bool = True,
 ) -> dict:
     """Train each spec for `seeds` seeds at equal compute and score all on the same held-out problems, as `compare` does."""
     for path in specs:
@@ -99,4 +100,5 @@ def compare(
         console=Console(quiet=not progress),
         budget=budget,
         data=data,
+        vote=vote,
     )

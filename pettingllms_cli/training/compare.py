@@ -24,7 +24,7 @@ from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.loading import problems_fingerprint
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.spec import Experiment, load_spec
-from pettingllms_cli.training.compare_runs import run_state, score_run, seeded, train_arms
+from pettingllms_cli.training.compare_runs import run_state, score_run, score_votes, seeded, train_arms
 from pettingllms_cli.training.compare_summary import (
     convergence_unit,
     interval_method,
@@ -33,6 +33,8 @@ from pettingllms_cli.training.compare_summary import (
     spec_row,
     spent,
     success_interval,
+    untrained_row,
+    vote_rows,
 )
 
 
@@ -72,10 +74,13 @@ def compare(
     budget: Budget = "actions",
     data: str | None = None,
     again: str | None = None,
+    vote: bool = True,
 ) -> dict:
     """Train (or reuse) every spec x seed at levelled compute, score all on one held-out set, write the three files.
 
-    `again` is the command that reruns this compare (printed when a signal stops it).
+    `again` is the command that reruns this compare (printed when a signal stops it). Besides a row per arm, the rows
+    hold each arm untrained (step 0 of its own runs) and, with `vote`, each lone arm at the team's evaluation compute
+    (majority of K samples, and best of K by the answer key, labelled as an oracle).
     """
     console = console or Console()
     if seeds < 1:
@@ -91,6 +96,9 @@ def compare(
     runs_by_spec, levelling = train_arms(paths, specs, budget, seeds, max_steps, out, problems, threshold, window, console, again)
     method, unit = interval_method(runs_by_spec), convergence_unit(budget, runs_by_spec)  # one of each for every arm
     rows = [spec_row(spec, path, runs_by_spec[spec.name], method, unit) for path, spec in zip(paths, specs, strict=True)]
+    baselines = [untrained_row(row, runs_by_spec[row["spec"]], method) for row in rows]
+    if vote:
+        baselines += lone_at_team_compute(paths, specs, rows, runs_by_spec, levelling, max_steps, problems, method, console)
     result = {
         "env": base.env.name,
         "held_out": {
@@ -117,13 +125,55 @@ def compare(
             "unit": unit,
             "estimator": "1 / mean over seeds of 1/(cost to threshold), a never-converged seed counting 1/cost = 0",
         },
-        "rows": rows,
+        "rows": rows + baselines,  # the trained arms (kind "arm"), then what is scored from their runs (derived_row)
         "ratios": [ratios(rows[0], row, runs_by_spec[rows[0]["spec"]], runs_by_spec[row["spec"]], unit) for row in rows[1:]],
         "runs": runs_by_spec,
     }
     result["verdict"] = verdict(result)
     write_outputs(out, result)
     return result
+
+
+def lone_at_team_compute(
+    paths: list[Path],
+    specs: list[Experiment],
+    rows: list[dict],
+    runs_by_spec: dict[str, list[dict]],
+    levelling: dict,
+    max_steps: int | None,
+    problems: list[Problem],
+    method: str,
+    console: Console,
+) -> list[dict]:
+    """Each one-role arm's final checkpoints sampled K times a problem, K matched to the evaluation compute of the arm
+    with the most roles (vote.matched_k), so a sampling budget at evaluation cannot explain a team's lead."""
+    from pettingllms_cli.analysis.budget import reference_arm, roles_of
+    from pettingllms_cli.analysis.vote import matched_k
+
+    ref = reference_arm(specs)
+    if roles_of(specs[ref]) < 2:
+        return []
+    team_runs = runs_by_spec[specs[ref].name]
+    out = []
+    for path, spec, row in zip(paths, specs, rows, strict=True):
+        runs = runs_by_spec[spec.name]
+        if roles_of(spec) > 1 or not runs:
+            continue
+        matched = matched_k(_mean_per_problem(team_runs), _mean_per_problem(runs))
+        console.print(f"scoring {spec.name} at the team's evaluation compute: {matched['how']}", markup=False, highlight=False)
+        votes = []
+        for run in runs:
+            overrides = levelling["overrides"][spec.name].get(run["seed"], [])
+            spec_of_run = seeded(path, run["seed"], max_steps, overrides)
+            votes.append(score_votes(spec_of_run, Path(run["run_dir"]), problems, matched["k"]))
+        out += vote_rows(row, votes, method, matched)
+    return out
+
+
+def _mean_per_problem(runs: list[dict]) -> tuple[float, float]:
+    """Sampled actions and tokens per problem of the runs' greedy final evaluations, averaged over seeds."""
+    pairs = [r["eval_per_problem"] for r in runs]
+    return sum(a for a, _ in pairs) / len(pairs), sum(t for _, t in pairs) / len(pairs)
 
 
 def held_out(base: Experiment, episodes: int | None, data: str | None) -> list[Problem]:

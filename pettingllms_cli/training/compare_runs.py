@@ -223,3 +223,43 @@ def read_cache(cache: Path, key: str) -> dict | None:
     """The cached scores when they were computed on the same problems and checkpoint, else None."""
     cached = read_json(cache)  # None: missing, or cut short by a kill (score again)
     return cached if cached is not None and cached.get("key") == key else None
+
+
+# --- the lone agent at the team's evaluation compute (analysis/vote.py) -------------------------------------------
+def score_votes(spec: Experiment, run_dir: Path, problems: list[Problem], k: int) -> dict:
+    """The final checkpoint's K episodes per problem, sampled at `train.temperature` (seeds 0..K-1), combined by
+    majority vote and by any-of-K (vote.combine); cached in compare_vote.json by problems, checkpoint and K."""
+    from pettingllms_cli.analysis.evaluate import evaluate
+    from pettingllms_cli.analysis.rollout_settings import role_assigner
+    from pettingllms_cli.analysis.vote import combine
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.training.checkpoint import latest_checkpoint, load_adapters, read_state
+
+    checkpoint = latest_checkpoint(run_dir)
+    temperature = spec.train.temperature
+    key = problems_key(problems, checkpoint) + f"-k{k}-t{temperature}"
+    cache = run_dir / "compare_vote.json"
+    cached = distributed.on_main(read_cache, cache, key)
+    if cached is not None:
+        return cached
+    team, roles = Team(spec), role_assigner(spec)
+    load_adapters(team, checkpoint)
+    roles.load_state_dict(read_state(checkpoint).get("roles"))
+    runs = [
+        evaluate(
+            team, spec, problems, temperature=temperature, seed=i, n_transcripts=0, score_actions=False, assignment=roles.best()
+        )
+        for i in range(k)
+    ]
+    combined = combine([r["per_episode"] for r in runs])
+    scored = {
+        "key": key,
+        "checkpoint": str(checkpoint),
+        "temperature": temperature,
+        "tokens_generated": sum(r["tokens_generated"] for r in runs),
+        **{name: value for name, value in combined.items() if name != "per_problem"},
+        "per_problem": combined["per_problem"],
+    }
+    if distributed.is_main():
+        write_json(cache, scored)
+    return scored

@@ -18,6 +18,7 @@ from pettingllms_cli.analysis.stats import (
     paired_difference,
     wilson_interval,
 )
+from pettingllms_cli.analysis.vote import per_problem
 from pettingllms_cli.spec import Experiment
 
 
@@ -42,7 +43,8 @@ def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, thre
         "status": status,
         "steps": len(rows),
         "group_size": spec.algorithm.group_size,
-        "initial_success": scored["initial"]["team_success_rate"],
+        "initial_success": scored["initial"]["team_success_rate"],  # step 0 of this run: the untrained team
+        "initial_successes": scored["initial"]["successes"],
         "final_success": scored["final"]["team_success_rate"],
         "final_successes": scored["final"]["successes"],
         "episodes": scored["final"]["episodes"],
@@ -52,6 +54,7 @@ def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, thre
         "convergence_actions": None if reached is None else spent(upto)["actions_total"],
         "convergence_tokens": None if reached is None else spent(upto)["tokens_total"],
         "heldout_curve": [[s, v] for s, v in heldout],
+        "eval_per_problem": list(per_problem(scored["final"])),  # greedy final evaluation: actions, tokens a problem
         **spent(rows),
     }
 
@@ -153,7 +156,9 @@ def spec_row(spec: Experiment, path: Path, runs: list[dict], method: str = T_OVE
     initial, initial_half = mean_interval([r["initial_success"] for r in runs])
     converged = censored_convergence([r[CONVERGENCE_KEY[unit]] for r in runs])
     attempts = [r["final_attempts"] for r in runs if r["final_attempts"] is not None]
+    gain = paired_difference([r["initial_success"] for r in runs], [r["final_success"] for r in runs], (-1.0, 1.0))
     return {
+        "kind": "arm",
         "spec": spec.name,
         "path": str(path),
         "layout": spec.env.layout,
@@ -167,6 +172,9 @@ def spec_row(spec: Experiment, path: Path, runs: list[dict], method: str = T_OVE
         "final_success_ci": final_ci,
         "ci_method": method,
         "mean_attempts": sum(attempts) / len(attempts) if attempts else None,  # over solved episodes, mean over seeds
+        "gain_over_untrained": gain["difference"],  # final minus step 0 of the same runs, mean over seeds
+        "gain_over_untrained_ci": gain["ci"],  # 95% t interval over paired seeds (None with one seed)
+        "gain_over_untrained_ci_method": "t over paired seeds (final - step 0 of the same run, same problems)",
         "convergence_unit": unit,
         "convergence": converged["cost"],  # 1 / mean rate: None when no seed converged
         "convergence_ci": converged["cost_ci"],  # an upper end of None: "never" is inside the interval
@@ -175,6 +183,83 @@ def spec_row(spec: Experiment, path: Path, runs: list[dict], method: str = T_OVE
         "not_converged_seeds": converged["not_converged_seeds"],
         **{key: mean(r[key] for r in runs) for key in SPENT},
     }
+
+
+def derived_row(
+    arm: dict, kind: str, label: str, values: list[float], successes: int, episodes: int, method: str, **extra
+) -> dict:
+    """A row scored from an arm's own runs rather than trained on its own: `untrained` (step 0 of those runs, no
+    training compute) or `majority_of_k` / `best_of_k_oracle` (the final checkpoints sampled K times a problem, the
+    same training compute as the arm). It keeps the arm's columns, so every table shows it beside the arms."""
+    final, final_ci, method = success_interval(values, successes, episodes, method)
+    untrained = kind == "untrained"
+    row = {
+        **arm,
+        "kind": kind,
+        "of": arm["spec"],
+        "spec": f"{arm['spec']} ({label})",
+        "initial_success": arm["initial_success"],
+        "final_success": final,
+        "final_success_ci": final_ci,
+        "ci_method": method,
+        "gain_over_untrained": None,
+        "gain_over_untrained_ci": None,
+        "convergence": None,
+        "convergence_ci": None,
+        "convergence_rate": None,
+        "converged_seeds": 0,
+        **extra,
+    }
+    if untrained:  # nothing was trained: the run's step 0
+        row |= {key: 0 for key in SPENT} | {"mean_attempts": arm.get("initial_attempts")}
+    return row
+
+
+def untrained_row(arm: dict, runs: list[dict], method: str) -> dict:
+    """The arm before training: held-out success at step 0 of the very runs its row averages (same problems, greedy)."""
+    attempts = [r["initial_attempts"] for r in runs if r.get("initial_attempts") is not None]
+    return derived_row(
+        arm | {"initial_attempts": sum(attempts) / len(attempts) if attempts else None},
+        "untrained",
+        "untrained, step 0",
+        [r["initial_success"] for r in runs],
+        sum(r["initial_successes"] for r in runs),
+        sum(r["episodes"] for r in runs),
+        method,
+        step=0,
+    )
+
+
+def vote_rows(arm: dict, votes: list[dict], method: str, matched: dict) -> list[dict]:
+    """The arm's final checkpoints given K sampled episodes a problem: majority vote (no answer key: what a deployed
+    agent can do) and any-of-K (reads the answer key: an upper bound, labelled as such)."""
+    k, episodes = matched["k"], sum(v["episodes"] for v in votes)
+    how = {"k": k, "matched": matched["how"], "temperature": votes[0]["temperature"] if votes else None}
+    return [
+        derived_row(
+            arm,
+            "majority_of_k",
+            f"majority of {k} samples",
+            [v["majority_success"] for v in votes],
+            sum(v["majority_successes"] for v in votes),
+            episodes,
+            method,
+            mean_attempts=None,
+            evaluation=how | {"picks": "the answer most of the K sampled episodes gave (no answer key)"},
+        ),
+        derived_row(
+            arm,
+            "best_of_k_oracle",
+            f"best of {k} samples, oracle",
+            [v["oracle_success"] for v in votes],
+            sum(v["oracle_successes"] for v in votes),
+            episodes,
+            method,
+            mean_attempts=None,
+            evaluation=how
+            | {"picks": "solved when any of the K sampled episodes is right by the answer key: an upper bound, not a policy"},
+        ),
+    ]
 
 
 SPENT = (  # per-run totals (spent), averaged over seeds in the spec's row

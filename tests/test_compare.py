@@ -157,7 +157,7 @@ def test_default_budget_spends_equal_actions_and_says_so(compared):
     assert "within one step's worth (checked)" in (out / "compare.md").read_text()
 
 
-def test_seed_1_is_scored_on_the_problems_compare_json_lists(compared):
+def test_seed_1_is_scored_on_the_problems_compare_json_lists_and_train_scored_them_too(compared):
     _, out = compared
     result = json.loads((out / "compare.json").read_text())
     listed = [p["question"] for p in result["held_out"]["problems"]]
@@ -166,9 +166,9 @@ def test_seed_1_is_scored_on_the_problems_compare_json_lists(compared):
         for when in ("initial", "final"):
             assert [e["question"] for e in scored[when]["per_episode"]] == listed
         own = json.loads((out / name / "seed1" / "eval_after.json").read_text())
-        # Same ids (test-0, test-1), other questions: train scored seed 1's own held-out set, compare did not reuse it.
-        assert [e["id"] for e in own["per_episode"]] == [e["id"] for e in scored["final"]["per_episode"]]
-        assert [e["question"] for e in own["per_episode"]] != listed
+        # One held-out set whatever the run's seed: train's own final score is the one compare reports (reused).
+        assert [e["question"] for e in own["per_episode"]] == listed
+        assert [e["success"] for e in own["per_episode"]] == [e["success"] for e in scored["final"]["per_episode"]]
 
 
 def test_held_out_curve_is_logged_and_drives_convergence(compared):
@@ -515,7 +515,7 @@ def test_lone_agent_and_deferred_team_spend_equal_actions(tmp_path, monkeypatch)
     args = ["compare", str(solo_path), str(team_path), "--seeds", "1", "--max-steps", "2", "--out", str(out)]
     assert run_cli(args, monkeypatch) == 0
     result = json.loads((out / "compare.json").read_text())
-    assert result["budget"]["reference"] == "team" and [row["roles"] for row in result["rows"]] == [1, 3]
+    assert result["budget"]["reference"] == "team" and [row["roles"] for row in result["rows"] if row["kind"] == "arm"] == [1, 3]
     (solo_run,), (team_run,) = result["runs"]["solo"], result["runs"]["team"]
     assert team_run["steps"] == 2 and team_run["playout_actions"] > 0  # the deferred roles' play-outs
     lines = (out / "solo" / "seed0" / "metrics.jsonl").read_text().splitlines()

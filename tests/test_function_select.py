@@ -13,6 +13,7 @@ from pettingllms_cli.envs import function_select_data as generated
 from pettingllms_cli.envs.checker import ALL, check_env
 from pettingllms_cli.envs.function_call import CALL_INVALID, PLAN_NONE, PLAN_RIGHT, load_bfcl, signature
 from pettingllms_cli.envs.function_select import EXAMPLES, UNSEEN, FunctionSelectEnv
+from pettingllms_cli.envs.loading import HELD_OUT_SEED
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.spec import load_spec
 from pettingllms_cli.tools.calls import ToolCall, render_tool_call
@@ -290,8 +291,8 @@ def test_the_showcase_held_out_splits_hold_96_problems_disjoint_from_training(se
     assert spec.env.eval_problems >= 96
     n = spec.env.eval_problems
     training = FunctionSelectEnv.load_problems("generated", "train", seed, generated.MOST)
-    in_catalogue = FunctionSelectEnv.load_problems("generated", "test", seed, n)
-    unseen = FunctionSelectEnv.load_problems(UNSEEN, "test", seed, n)
+    in_catalogue = FunctionSelectEnv.load_problems("generated", "test", HELD_OUT_SEED, n)  # one set for every seed
+    unseen = FunctionSelectEnv.load_problems(UNSEEN, "test", HELD_OUT_SEED, n)
     assert len(in_catalogue) == n and len(unseen) == n
     asked = {p.question for p in training}
     for split in (in_catalogue, unseen):

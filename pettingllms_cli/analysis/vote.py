@@ -74,12 +74,14 @@ def combine(samples: list[list[dict]]) -> dict:
     }
 
 
-def per_problem(evaluation: dict) -> tuple[float, float]:
-    """Sampled actions and tokens per problem of one evaluation (evaluate's dict).
+def per_problem(evaluation: dict) -> tuple[float, float] | None:
+    """Sampled actions and tokens per problem of one evaluation (evaluate's dict); None for one that kept neither.
 
     >>> per_problem({"per_episode": [{"actions": ["a", "b"]}, {"actions": ["c"]}], "tokens_generated": 30})
     (1.5, 15.0)
     """
+    if "per_episode" not in evaluation or "tokens_generated" not in evaluation:
+        return None
     episodes = evaluation["per_episode"]
     n = max(len(episodes), 1)
     return sum(len(e["actions"]) for e in episodes) / n, evaluation["tokens_generated"] / n

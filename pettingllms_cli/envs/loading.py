@@ -17,6 +17,9 @@ from pettingllms_cli.errors import UserError
 _READ_ERRORS = (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError)
 
 
+HELD_OUT_SEED = 0  # the held-out split is one fixed set, drawn with this seed whatever a run's seed: seeds pair on problems
+
+
 def load_split(env_name: str, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
     """Up to `n` problems of `split`; a held-out (`test`) split must hold all `n` of them."""
     if split not in ("train", "test"):

@@ -21,7 +21,7 @@ from rich.console import Console
 from pettingllms_cli.analysis.budget import Budget, check_budget, check_equal_arms, describe_budget
 from pettingllms_cli.analysis.render import console_table, ratios_table, verdict, write_outputs
 from pettingllms_cli.envs import Problem
-from pettingllms_cli.envs.loading import problems_fingerprint
+from pettingllms_cli.envs.loading import HELD_OUT_SEED, problems_fingerprint
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.spec import Experiment, load_spec
 from pettingllms_cli.training.compare_runs import run_state, score_run, score_votes, seeded, train_arms
@@ -104,7 +104,7 @@ def compare(
         "held_out": {
             "data": data or base.env.data,
             "split": "test",
-            "seed": base.seed,
+            "seed": HELD_OUT_SEED,  # one fixed held-out set, whatever the runs' seeds
             "problems": [{"id": p.id, "question": p.question, "answer": p.answer} for p in problems],
             "fingerprint": problems_fingerprint(problems),
             "decoding": "greedy",
@@ -153,11 +153,13 @@ def lone_at_team_compute(
     ref = reference_arm(specs)
     if roles_of(specs[ref]) < 2:
         return []
-    team_runs = runs_by_spec[specs[ref].name]
+    team_runs = [r for r in runs_by_spec[specs[ref].name] if r.get("eval_per_problem")]
+    if not team_runs:
+        return []
     out = []
     for path, spec, row in zip(paths, specs, rows, strict=True):
         runs = runs_by_spec[spec.name]
-        if roles_of(spec) > 1 or not runs:
+        if roles_of(spec) > 1 or not runs or not all(r.get("eval_per_problem") for r in runs):
             continue
         matched = matched_k(_mean_per_problem(team_runs), _mean_per_problem(runs))
         console.print(f"scoring {spec.name} at the team's evaluation compute: {matched['how']}", markup=False, highlight=False)
@@ -182,7 +184,7 @@ def held_out(base: Experiment, episodes: int | None, data: str | None) -> list[P
 
     if data is not None:
         base = base.model_copy(update={"env": base.env.model_copy(update={"data": data})})
-    return eval_problems(base, "test", base.seed, episodes or base.env.eval_problems)
+    return eval_problems(base, "test", HELD_OUT_SEED, episodes or base.env.eval_problems)
 
 
 __all__ = [  # cli/compare.py, the Python API and tests reach compare's parts through this module

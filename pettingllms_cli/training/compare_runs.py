@@ -17,7 +17,7 @@ from rich.console import Console
 from pettingllms_cli import distributed
 from pettingllms_cli.analysis.budget import TOTAL_OF, budget_overrides, reference_arm
 from pettingllms_cli.envs import Problem
-from pettingllms_cli.envs.loading import problems_fingerprint
+from pettingllms_cli.envs.loading import HELD_OUT_SEED, problems_fingerprint
 from pettingllms_cli.errors import Stopped, UserError
 from pettingllms_cli.jsonio import read_json, write_json
 from pettingllms_cli.spec import Experiment, load_spec
@@ -187,7 +187,7 @@ def train_eval(spec: Experiment, run_dir: Path, name: str, problems: list[Proble
     scored = read_json(run_dir / name)  # None: missing, or damaged (scored again)
     if scored is None:
         return None
-    own = eval_problems(spec, "test", spec.seed, spec.env.eval_problems)  # what train scored
+    own = eval_problems(spec, "test", HELD_OUT_SEED, spec.env.eval_problems)  # what train scored
     same = problems_fingerprint(own) == problems_fingerprint(problems)
     return scored if same and scored.get("decoding") == "greedy" else None
 

@@ -54,7 +54,7 @@ def run_summary(spec: Experiment, run_dir: Path, status: str, scored: dict, thre
         "convergence_actions": None if reached is None else spent(upto)["actions_total"],
         "convergence_tokens": None if reached is None else spent(upto)["tokens_total"],
         "heldout_curve": [[s, v] for s, v in heldout],
-        "eval_per_problem": list(per_problem(scored["final"])),  # greedy final evaluation: actions, tokens a problem
+        "eval_per_problem": per_problem(scored["final"]),  # greedy final evaluation: actions, tokens a problem
         **spent(rows),
     }
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pettingllms_cli.analysis.evaluate import eval_problems, evaluate
 from pettingllms_cli.analysis.rollout_settings import role_assigner
+from pettingllms_cli.envs.loading import HELD_OUT_SEED
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.policy.adapters import Team
 from pettingllms_cli.spec import Experiment, load_spec
@@ -98,7 +99,7 @@ def run_eval(
     spec = resolved.spec
     if data is not None:
         spec = spec.model_copy(update={"env": spec.env.model_copy(update={"data": data})})
-    seed = spec.seed if seed is None else seed  # default: the problems train scored before and after
+    seed = HELD_OUT_SEED if seed is None else seed  # default: the problems train scored before and after
     problems = eval_problems(spec, split, seed, episodes or spec.env.eval_problems)  # before any weight loads
     team, roles = Team(spec), role_assigner(spec)
     if resolved.checkpoint is not None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from transformers import AutoConfig, AutoTokenizer
 
 from pettingllms_cli.analysis.evaluate import eval_problems
+from pettingllms_cli.envs.loading import HELD_OUT_SEED
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import write_json
 from pettingllms_cli.models.loader import load_model, resolve
@@ -75,7 +76,7 @@ def write_agents(found: Trained, into: Path, merge: bool) -> dict[str, dict]:
     """Each agent's folder; returns what the manifest and README say about each."""
     spec = found.spec
     assignment = found.assignment()
-    problem = eval_problems(spec, "test", spec.seed, 1)[0]  # a real question shows where `{question}` goes
+    problem = eval_problems(spec, "test", HELD_OUT_SEED, 1)[0]  # a real question shows where `{question}` goes
     held_out = read_json(found.run_dir / "eval_after.json") if found.run_dir else None
     agents = {}
     for agent in sorted(spec.agents):

@@ -39,7 +39,7 @@ from pettingllms_cli.analysis.evaluate import evaluate
 from pettingllms_cli.analysis.report import read_metrics, write_report
 from pettingllms_cli.analysis.rollout_settings import role_assigner, rollout_settings
 from pettingllms_cli.envs import Problem
-from pettingllms_cli.envs.loading import load_split, problems_fingerprint
+from pettingllms_cli.envs.loading import HELD_OUT_SEED, load_split, problems_fingerprint
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.jsonio import append_jsonl, clean_metrics, read_json, write_json
 from pettingllms_cli.policy.adapters import Team
@@ -218,7 +218,7 @@ def load_problems(spec: Experiment) -> tuple[list[Problem], list[Problem]]:
     """(training pool, held-out problems); unusable data is one UserError naming the file (envs/loading.py)."""
     env, options = spec.env, spec.env.options
     train_problems = load_split(env.name, env.data, "train", spec.seed, TRAIN_POOL, options)
-    eval_problems = load_split(env.name, env.data, "test", spec.seed, env.eval_problems, options)
+    eval_problems = load_split(env.name, env.data, "test", HELD_OUT_SEED, env.eval_problems, options)
     return train_problems, eval_problems
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pettingllms_cli.envs import Problem
 from pettingllms_cli.envs.function_call import load_bfcl
-from pettingllms_cli.envs.loading import load_split
+from pettingllms_cli.envs.loading import HELD_OUT_SEED, load_split
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.spec import Experiment
 
@@ -108,5 +108,5 @@ def data_problem(spec: Experiment, data: str, index: int) -> Problem:
     """The `index`-th (0-based) held-out problem of `data`, in the order `eval --data` scores them."""
     if index < 0:
         raise UserError(f"--index {index}: must be 0 or more")
-    problems = load_split(spec.env.name, data, "test", spec.seed, index + 1, spec.env.options)
+    problems = load_split(spec.env.name, data, "test", HELD_OUT_SEED, index + 1, spec.env.options)
     return problems[index]

@@ -51,6 +51,7 @@ RUN_ENTRIES = {
     "eval_before.json",
     "eval_after.json",
     "compare_eval.json",
+    "compare_vote.json",
     "report.md",
     "report.html",
     "plots",

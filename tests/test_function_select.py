@@ -11,12 +11,19 @@ import pytest
 
 from pettingllms_cli.envs import function_select_data as generated
 from pettingllms_cli.envs.checker import ALL, check_env
-from pettingllms_cli.envs.function_call import CALL_INVALID, PLAN_NONE, PLAN_RIGHT, load_bfcl, signature
+from pettingllms_cli.envs.function_call import (
+    CALL_INVALID,
+    PLAN_NONE,
+    PLAN_RIGHT,
+    FunctionCallEnv,
+    load_bfcl,
+    signature,
+)
 from pettingllms_cli.envs.function_select import EXAMPLES, UNSEEN, FunctionSelectEnv
 from pettingllms_cli.envs.loading import HELD_OUT_SEED
 from pettingllms_cli.errors import UserError
 from pettingllms_cli.spec import load_spec
-from pettingllms_cli.tools.calls import ToolCall, render_tool_call
+from pettingllms_cli.tools.calls import ToolCall, parse_tool_call, render_tool_call
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "bfcl_multiple" / "BFCL_v3_multiple.json"  # BFCL's `multiple` layout, our records
@@ -302,3 +309,82 @@ def test_the_showcase_held_out_splits_hold_96_problems_disjoint_from_training(se
     unseen_names = {f["name"] for p in unseen for f in p.meta["functions"]}
     assert unseen_names and not trained_names & unseen_names
     assert FunctionSelectEnv.load_problems(UNSEEN, "train", seed, 50) == training[:50]  # the same training problems
+
+
+# --- retries that can be learned: episodes that start at a refused call (issue 41 item 4) --------------------------
+def _refused_file(tmp_path, problems) -> Path:
+    records = [{"question": p.question, "call": _breaking_call(p)[0]} for p in problems]
+    path = tmp_path / "refused.json"
+    path.write_text(json.dumps(records))
+    return path
+
+
+@pytest.mark.parametrize("layout", ["team", "single"])
+def test_an_episode_can_start_at_a_refused_call_whose_error_every_prompt_shows(tmp_path, layout):
+    pool = FunctionSelectEnv.load_problems("generated", "train", 0, 40)
+    path = _refused_file(tmp_path, pool[::4])  # 10 of the 40 have a refused first call
+    options = {"refused_calls": str(path)}
+    problems = FunctionSelectEnv.load_problems("generated", "train", 0, 5, options)
+    assert len(problems) == 5 and all(p.question in {q.question for q in pool[::4]} for p in problems)
+    problem = problems[0]
+    call, error = _breaking_call(problem)
+    env = FunctionSelectEnv(problem, layout, 3, options)
+    env.reset()
+    assert (env.turn, env.attempts_made, env.done) == (1, 1, False)  # the replayed call was attempt 1, round 1
+    shown = f"Refused call: {render_tool_call(parse_tool_call(call))}\nTool error:"
+    for role in env.roles:
+        request = env.observe(role)[-2]["content"]
+        assert shown in request and error in request  # the tool's own error text is in the prompt
+    if layout == "team":
+        env.step("selector", _right(env))
+    result = env.step(env.current_role, FunctionCallEnv(problem, "single").reference_action("caller"))
+    assert result.terminated and env.success and env.attempts == 2  # solved at the policy's first call: attempt 2
+    assert env.transcript[0]["replayed"] and "tool_error" in env.transcript[0]
+
+
+def test_refused_calls_that_the_tool_accepts_or_no_file_are_one_line(tmp_path):
+    problem = FunctionSelectEnv.load_problems("generated", "train", 0, 1)[0]
+    right = FunctionCallEnv(problem, "single").reference_action("caller")
+    path = tmp_path / "refused.json"
+    path.write_text(json.dumps([{"question": problem.question, "call": right}]))
+    options = {"refused_calls": str(path)}
+    (loaded,) = FunctionSelectEnv.load_problems("generated", "train", 0, 1, options)
+    with pytest.raises(UserError, match="not refused by the tool"):
+        FunctionSelectEnv(loaded, "single", 3, options).reset()
+    with pytest.raises(UserError, match="cannot read"):
+        FunctionSelectEnv.load_problems("generated", "train", 0, 1, {"refused_calls": str(tmp_path / "missing.json")})
+
+
+def test_a_team_trains_on_episodes_that_start_at_a_refused_call(tmp_path):
+    """Two tiny training steps of the retry showcase started at refused calls: every held-out and training episode
+    begins at attempt 2 with the refusal in its prompts, and nothing the replay adds is counted as the policy's."""
+    from unittest import mock
+
+    from rich.console import Console
+
+    from pettingllms_cli.training.loop import train
+
+    problems = [
+        *FunctionSelectEnv.load_problems("generated", "train", 0, 200),
+        *FunctionSelectEnv.load_problems("generated", "test", HELD_OUT_SEED, 4),
+    ]
+    path = _refused_file(tmp_path, problems)
+    overrides = [
+        "train.steps=2", "train.checkpoint_every=2", "env.eval_problems=2", "train.max_new_tokens=6", "env.max_turns=3",
+        "models.smol.source=tiny-llama", "train.problems_per_step=2", f"env.options.refused_calls={path}",
+        "train.eval_every=1", "train.eval_subset=2",
+    ]  # fmt: skip
+    spec = load_spec(EXPERIMENTS / "showcase_select_team_retry.yaml", overrides)
+    with mock.patch("pettingllms_cli.training.loop.write_report"):
+        train(spec, tmp_path / "run", console=Console(quiet=True))
+    after = json.loads((tmp_path / "run" / "eval_after.json").read_text())
+    for episode in after["per_episode"]:
+        assert episode["transcript"][0]["replayed"] and episode["transcript"][0]["role"] == "replayed"
+        assert all(not t.get("replayed") for t in episode["transcript"][1:])
+        assert len(episode["actions"]) == len(episode["transcript"]) - 1  # the replayed call is not the policy's action
+        prompt_error = episode["transcript"][0]["tool_error"]
+        assert prompt_error
+    assert "tool_call_validity/replayed" not in after
+    assert after["solved_at_later_attempt_rate"] == after["team_success_rate"]  # every success came after a refusal
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["sampled_actions"] > 0 for r in rows)

@@ -91,6 +91,8 @@ def tool_call_validity(transcripts: list[list[dict]]) -> dict[str, float]:
     valid: dict[str, list[bool]] = defaultdict(list)
     for transcript in transcripts:
         for entry in transcript:
+            if entry.get("replayed"):  # a refused call the episode started at (env option refused_calls): not the policy's
+                continue
             if "tool_call" in entry or "tool_error" in entry:
                 valid[entry["role"]].append("tool_call" in entry)
     return {f"tool_call_validity/{r}": sum(v) / len(v) for r, v in sorted(valid.items())}
@@ -105,7 +107,7 @@ def episode_record(episode: Episode) -> dict:
         "question": episode.question,  # ids repeat across seeds and files; the content says what was scored
         "success": episode.success,
         "attempts": episode.attempts,
-        "actions": [t["text"] for t in episode.transcript],
+        "actions": [t["text"] for t in episode.transcript if not t.get("replayed")],  # the policy's own, not a replayed start
         "transcript": episode.transcript,
     }
 
@@ -157,6 +159,8 @@ def evaluate(
     return {
         **episode_metrics(episodes),
         "team_success_ci": list(wilson_interval(successes, len(episodes))),
+        # solved at an attempt after the first: a retry that worked (every success, for episodes started at a refusal)
+        "solved_at_later_attempt_rate": sum(e.success and (e.attempts or 0) > 1 for e in episodes) / max(len(episodes), 1),
         "successes": successes,
         "episodes": len(episodes),
         **agent_rewards(samples),

@@ -37,8 +37,11 @@ BFCL question file of the `multiple` (or `simple`) category with its answer file
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+
+from pydantic import Field
 
 from pettingllms_cli.envs import function_select_data as generated
 from pettingllms_cli.envs.base import Message, Outcome, Problem, TurnEnv, split_records
@@ -124,8 +127,50 @@ def choice_term(name: str | None, offered: list[str], right: set[str]) -> float:
     return PLAN_RIGHT if name in right else PLAN_OTHER
 
 
+class FunctionSelectOptions(FunctionCallOptions):
+    refused_calls: str | None = Field(
+        None,
+        description="Start every episode at a refused call (retries that can be learned): a JSON file written by "
+        "`pettingllms eval ... --out FILE` (its episodes whose first call the tool refused) or a list of "
+        '{"question", "call"} records. Only problems with such a call are drawn; the call is replayed as the '
+        "episode's first attempt, so the prompts of its second round show it and the tool's error, and the "
+        "policy's own calls start at attempt 2 (set max_turns to 3 for two of them).",
+    )
+
+
+def refused_first_calls(path: str) -> dict[str, str]:
+    """{request: the first call the tool refused} from an eval output (`per_episode` transcripts) or a list of
+    {"question", "call"} records; an unreadable file is one line, exit 2.
+
+    >>> import tempfile, os
+    >>> episode = {"question": "q", "transcript": [{"role": "selector", "text": "f"},
+    ...            {"role": "filler", "text": "bad", "tool_error": "no <tool_call> block"}]}
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+    ...     _ = f.write(json.dumps({"per_episode": [episode, {"question": "ok", "transcript": [{"text": "x"}]}]}))
+    >>> refused_first_calls(f.name); os.unlink(f.name)
+    {'q': 'bad'}
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(
+            f"env.options.refused_calls: cannot read {path} ({type(e).__name__}); write it with "
+            "`pettingllms eval SPEC --split train --temperature 1 --out FILE`"
+        ) from None
+    if isinstance(data, dict):  # an eval output: each episode's first call, when the tool refused it
+        calls = {}
+        for episode in data.get("per_episode", []):
+            first = next((t for t in episode.get("transcript", []) if "tool_error" in t or "matches" in t), None)
+            if first is not None and "tool_error" in first:
+                calls.setdefault(episode["question"], first["text"])
+        return calls
+    if isinstance(data, list) and all(isinstance(r, dict) and {"question", "call"} <= set(r) for r in data):
+        return {r["question"]: r["call"] for r in data}
+    raise UserError(f"env.options.refused_calls: {path} is neither an eval output nor a list of {{question, call}} records")
+
+
 class FunctionSelectEnv(TurnEnv):
-    Options = FunctionCallOptions
+    Options = FunctionSelectOptions
     name = "function_select_v0"
     layouts = {"team": ("selector", "filler"), "single": ("caller",)}
     deferred_roles = frozenset({"selector"})  # the team reward moves only once the filler writes the call
@@ -133,6 +178,19 @@ class FunctionSelectEnv(TurnEnv):
     def _reset_task(self) -> None:
         self.chosen: str | None = None  # the selector's function
         self.refusal: str | None = None  # the tool's refusal of the last call, shown in the next round's prompts
+        refused = self.problem.meta.get("refused_call")
+        if refused is not None:
+            self._replay(refused)
+
+    def _replay(self, call: str) -> None:
+        """Start at round 2 after `call`, a first call the tool refused: it counts as attempt 1, and every role's
+        prompt shows it with the tool's error, as after a refusal the policy made itself. Nothing is sampled for it."""
+        outcome = self._call(call, lone=False)
+        if "tool_error" not in outcome.info or self.handed_in:
+            raise UserError(f"env.options.refused_calls: the call for {self.problem.question!r} is not refused by the tool")
+        self.chosen = None
+        self.transcript.append({"turn": 0, "role": "replayed", "text": call, "replayed": True, **outcome.info})
+        self.attempts_made, self.turn = 1, 1
 
     @property
     def functions(self) -> list[dict]:
@@ -219,7 +277,19 @@ class FunctionSelectEnv(TurnEnv):
 
     # --- data ---------------------------------------------------------------------------------
     @classmethod
+    def _starting_at_refusals(cls, data: str, split: str, seed: int, n: int, calls: dict[str, str]) -> list[Problem]:
+        """The split's problems that have a refused first call, each carrying it (`meta["refused_call"]`)."""
+        pool = cls.load_problems(data, split, seed, generated.MOST if data in ("generated", UNSEEN) else n * 50)
+        kept = [p for p in pool if p.question in calls]
+        if not kept:
+            raise UserError(f"env.options.refused_calls: no {split} problem of {data} has a refused call in the file")
+        return [Problem(p.id, p.question, p.answer, {**p.meta, "refused_call": calls[p.question]}) for p in kept[:n]]
+
+    @classmethod
     def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
+        refused = (options or {}).get("refused_calls")
+        if refused is not None:
+            return cls._starting_at_refusals(data, split, seed, n, refused_first_calls(refused))
         if data in ("generated", UNSEEN):
             side = "unseen" if data == UNSEEN and split == "test" else split
             return generated.generate(side, seed, n)

@@ -128,9 +128,9 @@ def choice_term(name: str | None, offered: list[str], right: set[str]) -> float:
 
 
 class FunctionSelectOptions(FunctionCallOptions):
-    refused_calls: str | None = Field(
+    refused_calls: str | list[str] | None = Field(
         None,
-        description="Start every episode at a refused call (retries that can be learned): a JSON file written by "
+        description="Start every episode at a refused call (retries that can be learned): JSON files (one or a list) written by "
         "`pettingllms eval ... --out FILE` (its episodes whose first call the tool refused) or a list of "
         '{"question", "call"} records. Only problems with such a call are drawn; the call is replayed as the '
         "episode's first attempt, so the prompts of its second round show it and the tool's error, and the "
@@ -289,7 +289,9 @@ class FunctionSelectEnv(TurnEnv):
     def load_problems(cls, data: str, split: str, seed: int, n: int, options: dict | None = None) -> list[Problem]:
         refused = (options or {}).get("refused_calls")
         if refused is not None:
-            return cls._starting_at_refusals(data, split, seed, n, refused_first_calls(refused))
+            files = [refused] if isinstance(refused, str) else list(refused)
+            calls = {q: c for f in files for q, c in refused_first_calls(f).items()}
+            return cls._starting_at_refusals(data, split, seed, n, calls)
         if data in ("generated", UNSEEN):
             side = "unseen" if data == UNSEEN and split == "test" else split
             return generated.generate(side, seed, n)

@@ -33,7 +33,11 @@ def eval_(
     ] = None,
     seed: Annotated[
         int | None,
-        typer.Option(min=0, max=MAX_SEED, help="Seed for generated problems and sampling (default: the spec's seed)."),
+        typer.Option(
+            min=0,
+            max=MAX_SEED,
+            help="Seed for generated problems and sampling (default: 0, the one held-out set train and compare score).",
+        ),
     ] = None,
     temperature: Annotated[
         float | None, typer.Option(help="Sample at this temperature (> 0) instead of greedy decoding.")

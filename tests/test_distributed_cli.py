@@ -157,8 +157,8 @@ def test_compare_on_two_ranks_matches_one(tmp_path, monkeypatch):
 
     Sampling is seeded per problem, so both draw the same completions: success rates, attempts, tokens and
     convergence steps are equal exactly; the adapters agree to test_distributed.ATOL (summation order); held-out
-    scores are greedy, and no argmax is within ATOL of a tie here, so they are equal too. Seed 1 runs are scored
-    on seed 0's held-out problems, so `compare` itself evaluates them (collectively) on both ranks.
+    scores are greedy, and no argmax is within ATOL of a tie here, so they are equal too. The lone arm's K sampled
+    episodes a problem (the majority-of-K and oracle rows) are scored by `compare` itself, collectively on both ranks.
     """
     solo, team = write_specs(tmp_path)
     for path in (solo, team):  # two problems a step: one per rank
@@ -182,7 +182,9 @@ def test_compare_on_two_ranks_matches_one(tmp_path, monkeypatch):
 
     assert table(two) == table(one)
     rows = table(two)["rows"]
-    assert [r["spec"] for r in rows] == ["solo", "smoke"] and all(r["tokens_total"] > 0 for r in rows)
+    arms = [r for r in rows if r["kind"] == "arm"]
+    assert [r["spec"] for r in arms] == ["solo", "smoke"] and all(r["tokens_total"] > 0 for r in arms)
+    assert [r["kind"] for r in rows[2:]] == ["untrained", "untrained", "majority_of_k", "best_of_k_oracle"]
     for name in ("solo", "smoke"):
         for seed in (0, 1):
             first, second = adapters(one / name / f"seed{seed}", 2), adapters(two / name / f"seed{seed}", 2)

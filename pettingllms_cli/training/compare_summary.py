@@ -235,30 +235,33 @@ def vote_rows(arm: dict, votes: list[dict], method: str, matched: dict) -> list[
     agent can do) and any-of-K (reads the answer key: an upper bound, labelled as such)."""
     k, episodes = matched["k"], sum(v["episodes"] for v in votes)
     how = {"k": k, "matched": matched["how"], "temperature": votes[0]["temperature"] if votes else None}
+    kinds = (
+        (
+            "majority_of_k",
+            "majority",
+            f"majority of {k} samples",
+            "the answer most of the K sampled episodes gave (no answer key)",
+        ),
+        (
+            "best_of_k_oracle",
+            "oracle",
+            f"best of {k} samples, oracle",
+            "solved when any of the K sampled episodes is right by the answer key: an upper bound, not a policy",
+        ),
+    )
     return [
         derived_row(
             arm,
-            "majority_of_k",
-            f"majority of {k} samples",
-            [v["majority_success"] for v in votes],
-            sum(v["majority_successes"] for v in votes),
+            kind,
+            label,
+            [v[f"{key}_success"] for v in votes],
+            sum(v[f"{key}_successes"] for v in votes),
             episodes,
             method,
             mean_attempts=None,
-            evaluation=how | {"picks": "the answer most of the K sampled episodes gave (no answer key)"},
-        ),
-        derived_row(
-            arm,
-            "best_of_k_oracle",
-            f"best of {k} samples, oracle",
-            [v["oracle_success"] for v in votes],
-            sum(v["oracle_successes"] for v in votes),
-            episodes,
-            method,
-            mean_attempts=None,
-            evaluation=how
-            | {"picks": "solved when any of the K sampled episodes is right by the answer key: an upper bound, not a policy"},
-        ),
+            evaluation=how | {"picks": picks},
+        )
+        for kind, key, label, picks in kinds
     ]
 
 

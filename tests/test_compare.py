@@ -349,6 +349,23 @@ def test_second_call_reuses_runs(compared, monkeypatch, capsys):
     assert all(r["status"] == "reused" for rs in result["runs"].values() for r in rs)
 
 
+def test_a_run_that_scored_other_problems_is_scored_again(compared, tmp_path):
+    """train's own scores are reused only when the file itself lists compare's problems, in order."""
+    import shutil
+
+    from pettingllms_cli.training.compare import held_out
+    from pettingllms_cli.training.compare_runs import train_eval
+
+    (solo, _), out = compared
+    problems = held_out(load_spec(solo), None, None)
+    run = shutil.copytree(out / "solo" / "seed1", tmp_path / "seed1")
+    assert train_eval(run, "eval_after.json", problems) is not None
+    scored = json.loads((run / "eval_after.json").read_text())
+    scored["per_episode"][0]["question"] += " (another seed's problem)"
+    (run / "eval_after.json").write_text(json.dumps(scored))
+    assert train_eval(run, "eval_after.json", problems) is None
+
+
 def test_changed_spec_is_not_reused(compared, tmp_path):
     from pettingllms_cli.training.compare import run_state, seeded
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from pettingllms_cli import distributed
 from pettingllms_cli.analysis.budget import TOTAL_OF, budget_overrides, reference_arm
 from pettingllms_cli.envs import Problem
-from pettingllms_cli.envs.loading import HELD_OUT_SEED, problems_fingerprint
+from pettingllms_cli.envs.loading import problems_fingerprint
 from pettingllms_cli.errors import Stopped, UserError
 from pettingllms_cli.jsonio import read_json, write_json
 from pettingllms_cli.spec import Experiment, load_spec
@@ -180,16 +180,15 @@ def problems_key(problems: list[Problem], checkpoint: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def train_eval(spec: Experiment, run_dir: Path, name: str, problems: list[Problem]) -> dict | None:
-    """train's own eval_before/eval_after.json when train scored these very problems (same content) greedily."""
-    from pettingllms_cli.analysis.evaluate import eval_problems
-
+def train_eval(run_dir: Path, name: str, problems: list[Problem]) -> dict | None:
+    """train's own eval_before/eval_after.json when it scored these very problems (the same ids and questions, in
+    order, read from the file itself: a run trained when held-out sets followed the run's seed scored others) greedily."""
     scored = read_json(run_dir / name)  # None: missing, or damaged (scored again)
-    if scored is None:
+    if scored is None or scored.get("decoding") != "greedy":
         return None
-    own = eval_problems(spec, "test", HELD_OUT_SEED, spec.env.eval_problems)  # what train scored
-    same = problems_fingerprint(own) == problems_fingerprint(problems)
-    return scored if same and scored.get("decoding") == "greedy" else None
+    episodes = scored.get("per_episode") or []
+    same = [(e.get("id"), e.get("question")) for e in episodes] == [(p.id, p.question) for p in problems]
+    return scored if same else None
 
 
 def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
@@ -205,8 +204,8 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     cached = distributed.on_main(read_cache, cache, key)  # every rank skips scoring, or none does (scoring is collective)
     if cached is not None:
         return cached
-    initial = train_eval(spec, run_dir, "eval_before.json", problems)
-    final = train_eval(spec, run_dir, "eval_after.json", problems)
+    initial = train_eval(run_dir, "eval_before.json", problems)
+    final = train_eval(run_dir, "eval_after.json", problems)
     if initial is None or final is None:  # train scored other problems: score these, same greedy evaluate
         team, roles = Team(spec), role_assigner(spec)
         initial = initial or evaluate(team, spec, problems, n_transcripts=1, score_actions=False, assignment=roles.best())

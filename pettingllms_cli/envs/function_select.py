@@ -188,7 +188,6 @@ class FunctionSelectEnv(TurnEnv):
         outcome = self._call(call, lone=False)
         if "tool_error" not in outcome.info or self.handed_in:
             raise UserError(f"env.options.refused_calls: the call for {self.problem.question!r} is not refused by the tool")
-        self.chosen = None
         self.transcript.append({"turn": 0, "role": "replayed", "text": call, "replayed": True, **outcome.info})
         self.attempts_made, self.turn = 1, 1
 

@@ -250,14 +250,12 @@ def score_votes(spec: Experiment, run_dir: Path, problems: list[Problem], k: int
         )
         for i in range(k)
     ]
-    combined = combine([r["per_episode"] for r in runs])
     scored = {
         "key": key,
         "checkpoint": str(checkpoint),
         "temperature": temperature,
         "tokens_generated": sum(r["tokens_generated"] for r in runs),
-        **{name: value for name, value in combined.items() if name != "per_problem"},
-        "per_problem": combined["per_problem"],
+        **combine([r["per_episode"] for r in runs]),
     }
     if distributed.is_main():
         write_json(cache, scored)

@@ -192,13 +192,11 @@ def derived_row(
     training compute) or `majority_of_k` / `best_of_k_oracle` (the final checkpoints sampled K times a problem, the
     same training compute as the arm). It keeps the arm's columns, so every table shows it beside the arms."""
     final, final_ci, method = success_interval(values, successes, episodes, method)
-    untrained = kind == "untrained"
     row = {
         **arm,
         "kind": kind,
         "of": arm["spec"],
         "spec": f"{arm['spec']} ({label})",
-        "initial_success": arm["initial_success"],
         "final_success": final,
         "final_success_ci": final_ci,
         "ci_method": method,
@@ -210,7 +208,7 @@ def derived_row(
         "converged_seeds": 0,
         **extra,
     }
-    if untrained:  # nothing was trained: the run's step 0
+    if kind == "untrained":  # nothing was trained: the run's step 0
         row |= {key: 0 for key in SPENT} | {"mean_attempts": arm.get("initial_attempts")}
     return row
 

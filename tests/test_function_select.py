@@ -388,3 +388,18 @@ def test_a_team_trains_on_episodes_that_start_at_a_refused_call(tmp_path):
     assert after["solved_at_later_attempt_rate"] == after["team_success_rate"]  # every success came after a refusal
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["sampled_actions"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("layout", ["single", "team"])
+def test_validity_counts_a_call_that_ran_as_valid_and_a_refused_one_as_not(layout):
+    """A handed-in call (right or wrong) ran; a call without a readable <tool_call> was refused: validity 1/2."""
+    from pettingllms_cli.analysis.evaluate import tool_call_validity
+
+    env = FunctionSelectEnv(_problem(), layout, 2)
+    caller = "caller" if layout == "single" else "filler"
+    for text in ("I would call the weather tool.", env.reference_action(caller)):
+        if layout == "team":
+            env.step("selector", env.reference_action("selector"))
+        env.step(caller, text)
+    assert env.success
+    assert tool_call_validity([env.transcript]) == {f"tool_call_validity/{caller}": 0.5}

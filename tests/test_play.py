@@ -184,7 +184,8 @@ def test_a_function_request_plays_with_the_functions_file(select_run, functions_
     assert "get_weather(city: string)" in filler["prompt"][-2]["content"]
     assert "send_sms" not in filler["prompt"][-2]["content"]  # the filler sees only the chosen function
     assert filler["action"] == '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-    assert filler["env"] == {"function": "get_weather", "schema_problem": None}  # no "matches": there is no reference
+    assert filler["env"] == {"function": "get_weather", "schema_problem": None, "tool_call": filler["action"]}  # the call ran
+    assert "matches" not in filler["env"]  # there is no reference to match
     assert record["outcome"]["success"] is None
 
 
@@ -195,7 +196,8 @@ def test_a_function_call_team_shows_the_call_and_says_no_reference(call_run, fun
     planner, caller = record["actions"]
     assert planner["env"] == {"function": "send_sms"}
     assert caller["prefill"] == '<tool_call>{"name": "send_sms", "arguments": {'
-    assert caller["env"] == {"calls": [{"name": "send_sms", "arguments": {"phone": "555", "text": "hi"}}]}
+    sent = {"name": "send_sms", "arguments": {"phone": "555", "text": "hi"}}
+    assert caller["env"] == {"calls": [sent], "tool_call": caller["action"]}  # it ran
     assert run_cli(["play", *args], monkeypatch) == 0
     text = capsys.readouterr().out
     assert "functions: get_weather, send_sms" in text and "'phone': '555'" in text

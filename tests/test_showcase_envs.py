@@ -182,3 +182,25 @@ def test_one_training_step_on_the_showcase_layouts(smoke_tree, tmp_path, env, la
     agents, rows = train_one_step(smoke_tree, tmp_path / "run", env, layout, max_turns=2, max_new_tokens=4)
     assert [r["step"] for r in rows] == [1] and rows[0]["tokens_generated"] > 0
     assert all(math.isfinite(rows[0][f"loss/{role}"]) for role in agents)
+
+
+# --- tool_call_validity counts what ran as valid -----------------------------------------------------------------------
+@pytest.mark.parametrize("layout", ["single", "solo"])
+def test_function_call_validity_counts_a_call_that_ran_as_valid_and_a_refused_one_as_not(layout):
+    from pettingllms_cli.analysis.evaluate import tool_call_validity
+
+    problem = FunctionCallEnv.load_problems("generated", "train", 0, 1)[0]
+    env = FunctionCallEnv(problem, layout, 2)
+    role = env.roles[0]
+    env.step(role, "I would call the weather tool.")  # no <tool_call>: refused
+    env.step(role, env.reference_action(role))  # the gold call runs
+    assert tool_call_validity([env.transcript]) == {f"tool_call_validity/{role}": 0.5}
+
+
+def test_a_validator_that_lets_a_call_run_logs_it_as_valid():
+    from pettingllms_cli.analysis.evaluate import tool_call_validity
+
+    env = math_env()
+    env.step("planner", env.reference_action("planner"))
+    env.step("validator", "Yes.")
+    assert tool_call_validity([env.transcript]) == {"tool_call_validity/validator": 1.0}

@@ -224,8 +224,11 @@ class FunctionCallEnv(ReviewedEnv):
             share,
             float(self.correct),
             solved=self.correct,
-            info={"calls": [c.__dict__ for c in calls if isinstance(c, ToolCall)]},
-        )
+            info={
+                "calls": [c.__dict__ for c in calls if isinstance(c, ToolCall)],
+                "tool_call": "".join(map(render_tool_call, calls)),
+            },
+        )  # `tool_call`: the call ran, whatever it returned (tool_call_validity)
 
     # --- the `team` and `solo` layouts: what envs/judging.py asks of the env ----------------------
     def _check(self, text: str) -> Draft:
@@ -247,7 +250,7 @@ class FunctionCallEnv(ReviewedEnv):
         return Draft(text, shown, local, bool(calls), refusal=problem, problem=problem, right=right, why=why, info=info)
 
     def _run(self, draft: Draft) -> dict:
-        return draft.info if draft.refusal is None else {**draft.info, "tool_error": draft.refusal}
+        return {**draft.info, "tool_call": draft.text} if draft.refusal is None else {**draft.info, "tool_error": draft.refusal}
 
     def _hand_in(self, draft: Draft) -> dict:
         self.correct = draft.right

@@ -254,6 +254,7 @@ class FunctionSelectEnv(TurnEnv):
         if problem is not None and not matches:  # the schema check never refuses what BFCL accepts
             return self._refuse(call, problem, outcome)
         self.handed_in = True
+        outcome.info["tool_call"] = render_tool_call(call)  # it ran, right or wrong: a valid call (tool_call_validity)
         return outcome
 
     def _refuse(self, call: ToolCall | str, problem: str | None, outcome: Outcome) -> Outcome:

@@ -148,11 +148,11 @@ class ReviewedEnv(TurnEnv):
             self.feedback = review.sent_back(draft.shown, "validator", text, refusal)
             return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", **due})
         self.ran = draft.reaches_tool
-        self._run(draft)
+        ran = {k: v for k, v in self._run(draft).items() if k == "tool_call"}  # what ran, for tool_call_validity
         if draft.refusal is not None:  # the tool refused it: back to the planner with the tool's error
             self.refused, self.feedback = draft.refusal, self._refusal_line(draft.refusal)
             return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", "tool_error": draft.refusal, **due})
-        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", **due})
+        return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", **ran, **due})
 
     def _read(self, text: str) -> Outcome:
         """Hand the result in (ends the episode) or send the call back; with no verdict the result stands."""

@@ -547,6 +547,7 @@ def test_rescoring_restores_the_learned_role_assignment(spec_files, tmp_path, mo
     import pettingllms_cli.analysis.evaluate as evaluate
     import pettingllms_cli.policy.adapters as policy
     import pettingllms_cli.training.checkpoint as checkpoint
+    import pettingllms_cli.training.trained as trained
     from pettingllms_cli.spec import load_spec
     from pettingllms_cli.training.compare import score_run
 
@@ -567,9 +568,11 @@ def test_rescoring_restores_the_learned_role_assignment(spec_files, tmp_path, mo
     run = tmp_path / "run"
     (run / "checkpoints" / "step_2").mkdir(parents=True)
     monkeypatch.setattr(checkpoint, "latest_checkpoint", lambda run_dir, agents=None: run / "checkpoints" / "step_2")
-    monkeypatch.setattr(checkpoint, "load_adapters", lambda team, folder: None)
-    monkeypatch.setattr(checkpoint, "read_state", lambda folder: state)
+    for module in (checkpoint, trained):  # trained.py loads the final checkpoint; it imported these by name
+        monkeypatch.setattr(module, "load_adapters", lambda team, folder: None)
+        monkeypatch.setattr(module, "read_state", lambda folder: state)
     monkeypatch.setattr(policy, "Team", FakeTeam)
+    monkeypatch.setattr(trained, "Team", FakeTeam)
     monkeypatch.setattr(evaluate, "evaluate", fake_evaluate)
     score_run(spec, run, evaluate.eval_problems(spec, "test", 0, 2))
     assert played == [

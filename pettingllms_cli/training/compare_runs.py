@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -22,6 +23,11 @@ from pettingllms_cli.errors import Stopped, UserError
 from pettingllms_cli.jsonio import read_json, write_json
 from pettingllms_cli.spec import Experiment, load_spec
 from pettingllms_cli.training.compare_summary import run_summary, spent
+
+if TYPE_CHECKING:
+    from pettingllms_cli.policy.adapters import Team
+    from pettingllms_cli.rollout.roles import Assignment
+    from pettingllms_cli.training.trained import Trained
 
 CACHE_VERSION = "2"  # bump when what a cached score means changes (2: attempts over solved episodes, learned roles)
 
@@ -193,29 +199,37 @@ def train_eval(run_dir: Path, name: str, problems: list[Problem]) -> dict | None
 
 def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     """Held-out scores of the untrained team and of the final checkpoint, cached in compare_eval.json."""
-    from pettingllms_cli.analysis.evaluate import evaluate
     from pettingllms_cli.analysis.rollout_settings import role_assigner
     from pettingllms_cli.policy.adapters import Team
-    from pettingllms_cli.training.checkpoint import latest_checkpoint, load_adapters, read_state
 
-    checkpoint = latest_checkpoint(run_dir)
-    key = problems_key(problems, checkpoint)
+    found = final_checkpoint(spec, run_dir)
+    key = problems_key(problems, found.checkpoint)
     cache = run_dir / "compare_eval.json"
     cached = distributed.on_main(read_cache, cache, key)  # every rank skips scoring, or none does (scoring is collective)
     if cached is not None:
         return cached
-    initial = train_eval(run_dir, "eval_before.json", problems)
-    final = train_eval(run_dir, "eval_after.json", problems)
-    if initial is None or final is None:  # train scored other problems: score these, same greedy evaluate
-        team, roles = Team(spec), role_assigner(spec)
-        initial = initial or evaluate(team, spec, problems, n_transcripts=1, score_actions=False, assignment=roles.best())
-        load_adapters(team, checkpoint)
-        roles.load_state_dict(read_state(checkpoint).get("roles"))  # the assignment the run learned (rotate/adaptive)
-        final = final or evaluate(team, spec, problems, n_transcripts=1, score_actions=False, assignment=roles.best())
-    scored = {"key": key, "checkpoint": str(checkpoint), "initial": initial, "final": final}
+    initial = train_eval(run_dir, "eval_before.json", problems)  # train scored other problems: score these, as train does
+    initial = initial or greedy(Team(spec), spec, problems, role_assigner(spec).best())
+    final = train_eval(run_dir, "eval_after.json", problems) or greedy(found.team(), spec, problems, found.assignment())
+    scored = {"key": key, "checkpoint": str(found.checkpoint), "initial": initial, "final": final}
     if distributed.is_main():
         write_json(cache, scored)
     return scored
+
+
+def final_checkpoint(spec: Experiment, run_dir: Path) -> Trained:
+    """The run's newest complete checkpoint, with the role assignment it learned, as compare scores it."""
+    from pettingllms_cli.training.checkpoint import latest_checkpoint
+    from pettingllms_cli.training.trained import Trained
+
+    return Trained(spec, latest_checkpoint(run_dir), None, run_dir)
+
+
+def greedy(team: Team, spec: Experiment, problems: list[Problem], assignment: Assignment) -> dict:
+    """One greedy episode a problem, as train's own held-out scores are made."""
+    from pettingllms_cli.analysis.evaluate import evaluate
+
+    return evaluate(team, spec, problems, n_transcripts=1, score_actions=False, assignment=assignment)
 
 
 def read_cache(cache: Path, key: str) -> dict | None:
@@ -229,30 +243,23 @@ def score_votes(spec: Experiment, run_dir: Path, problems: list[Problem], k: int
     """The final checkpoint's K episodes per problem, sampled at `train.temperature` (seeds 0..K-1), combined by
     majority vote and by any-of-K (vote.combine); cached in compare_vote.json by problems, checkpoint and K."""
     from pettingllms_cli.analysis.evaluate import evaluate
-    from pettingllms_cli.analysis.rollout_settings import role_assigner
     from pettingllms_cli.analysis.vote import combine
-    from pettingllms_cli.policy.adapters import Team
-    from pettingllms_cli.training.checkpoint import latest_checkpoint, load_adapters, read_state
 
-    checkpoint = latest_checkpoint(run_dir)
+    found = final_checkpoint(spec, run_dir)
     temperature = spec.train.temperature
-    key = problems_key(problems, checkpoint) + f"-k{k}-t{temperature}"
+    key = problems_key(problems, found.checkpoint) + f"-k{k}-t{temperature}"
     cache = run_dir / "compare_vote.json"
     cached = distributed.on_main(read_cache, cache, key)
     if cached is not None:
         return cached
-    team, roles = Team(spec), role_assigner(spec)
-    load_adapters(team, checkpoint)
-    roles.load_state_dict(read_state(checkpoint).get("roles"))
+    team, roles = found.team(), found.assignment()
     runs = [
-        evaluate(
-            team, spec, problems, temperature=temperature, seed=i, n_transcripts=0, score_actions=False, assignment=roles.best()
-        )
+        evaluate(team, spec, problems, temperature=temperature, seed=i, n_transcripts=0, score_actions=False, assignment=roles)
         for i in range(k)
     ]
     scored = {
         "key": key,
-        "checkpoint": str(checkpoint),
+        "checkpoint": str(found.checkpoint),
         "temperature": temperature,
         "tokens_generated": sum(r["tokens_generated"] for r in runs),
         **combine([r["per_episode"] for r in runs]),

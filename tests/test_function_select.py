@@ -403,3 +403,21 @@ def test_validity_counts_a_call_that_ran_as_valid_and_a_refused_one_as_not(layou
         env.step(caller, text)
     assert env.success
     assert tool_call_validity([env.transcript]) == {f"tool_call_validity/{caller}": 0.5}
+
+
+@pytest.mark.parametrize("name", ["showcase_select_team_refused.yaml"])
+def test_the_shipped_refused_calls_start_every_episode_at_a_refusal_and_hold_out_unseen_requests(name):
+    """The refused-call showcases' data: every call, train and held out, is one the tool refuses, its error is in every
+    role's first prompt, and no held-out request is a training one."""
+    from pettingllms_cli.training.loop import load_problems
+
+    spec = load_spec(EXPERIMENTS / name)
+    train, held_out = load_problems(spec)
+    assert len(held_out) == spec.env.eval_problems and len(train) >= 4 * spec.train.problems_per_step
+    assert not {p.question for p in train} & {p.question for p in held_out}
+    for problem in [*train, *held_out]:
+        env = FunctionSelectEnv(problem, spec.env.layout, spec.env.max_turns, spec.env.options)
+        env.reset()  # raises when the tool would accept the call
+        error = env.transcript[0]["tool_error"]
+        assert env.transcript[0]["replayed"] and env.attempts_made == 1
+        assert all(error in env.observe(role)[-2]["content"] for role in env.roles)

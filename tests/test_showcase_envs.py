@@ -204,3 +204,12 @@ def test_a_validator_that_lets_a_call_run_logs_it_as_valid():
     env.step("planner", env.reference_action("planner"))
     env.step("validator", "Yes.")
     assert tool_call_validity([env.transcript]) == {"tool_call_validity/validator": 1.0}
+
+
+def test_a_call_followed_by_a_broken_block_runs_and_logs_only_the_call():
+    """Whatever follows the first call cannot crash the step: a malformed second block is not part of what ran."""
+    problem = FunctionCallEnv.load_problems("generated", "train", 0, 1)[0]
+    env = FunctionCallEnv(problem, "single", 2)
+    call = env.reference_action("caller")
+    info = env.step("caller", call + ' <tool_call>{"name": ').info
+    assert info["tool_call"] == call and len(info["calls"]) == 1

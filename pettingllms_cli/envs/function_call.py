@@ -218,17 +218,11 @@ class FunctionCallEnv(ReviewedEnv):
             self.correct = False
             self.feedback = "Your last call used a function that is not offered."
             return Outcome(CALL_INVALID, 0.0, info={"tool_error": "unknown function"})
-        self.correct, share, why = _match_all([c for c in calls if isinstance(c, ToolCall)], self.gold, schemas, self.lenient)
+        ran = [c for c in calls if isinstance(c, ToolCall)]  # a malformed block after the first is left out
+        self.correct, share, why = _match_all(ran, self.gold, schemas, self.lenient)
         self.feedback = None if self.correct else f"Your last call was wrong: {why}."
-        return Outcome(
-            share,
-            float(self.correct),
-            solved=self.correct,
-            info={
-                "calls": [c.__dict__ for c in calls if isinstance(c, ToolCall)],
-                "tool_call": "".join(map(render_tool_call, calls)),
-            },
-        )  # `tool_call`: the call ran, whatever it returned (tool_call_validity)
+        info = {"calls": [c.__dict__ for c in ran], "tool_call": "".join(map(render_tool_call, ran))}  # it ran (validity)
+        return Outcome(share, float(self.correct), solved=self.correct, info=info)
 
     # --- the `team` and `solo` layouts: what envs/judging.py asks of the env ----------------------
     def _check(self, text: str) -> Draft:

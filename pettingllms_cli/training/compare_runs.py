@@ -208,7 +208,7 @@ def score_run(spec: Experiment, run_dir: Path, problems: list[Problem]) -> dict:
     cached = distributed.on_main(read_cache, cache, key)  # every rank skips scoring, or none does (scoring is collective)
     if cached is not None:
         return cached
-    initial = train_eval(run_dir, "eval_before.json", problems)  # train scored other problems: score these, as train does
+    initial = train_eval(run_dir, "eval_before.json", problems)  # when train scored other problems, score these
     initial = initial or greedy(Team(spec), spec, problems, role_assigner(spec).best())
     final = train_eval(run_dir, "eval_after.json", problems) or greedy(found.team(), spec, problems, found.assignment())
     scored = {"key": key, "checkpoint": str(found.checkpoint), "initial": initial, "final": final}

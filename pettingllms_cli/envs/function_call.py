@@ -244,7 +244,7 @@ class FunctionCallEnv(ReviewedEnv):
         return Draft(text, shown, local, bool(calls), refusal=problem, problem=problem, right=right, why=why, info=info)
 
     def _run(self, draft: Draft) -> dict:
-        return {**draft.info, "tool_call": draft.text} if draft.refusal is None else {**draft.info, "tool_error": draft.refusal}
+        return {"tool_call": draft.text} if draft.refusal is None else {"tool_error": draft.refusal}
 
     def _hand_in(self, draft: Draft) -> dict:
         self.correct = draft.right

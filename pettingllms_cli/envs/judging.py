@@ -102,7 +102,8 @@ class ReviewedEnv(TurnEnv):
         raise NotImplementedError
 
     def _run(self, draft: Draft) -> dict:
-        """Send the call to the tool (it may refuse it); the info of the action that ran it."""
+        """Send the call to the tool (it may refuse it): `{"tool_call": the call that ran}` or `{"tool_error": why
+        not}`, nothing else, in every env (tool_call_validity counts the first)."""
         raise NotImplementedError
 
     def _hand_in(self, draft: Draft) -> dict:
@@ -124,7 +125,7 @@ class ReviewedEnv(TurnEnv):
     def _solo(self, text: str) -> Outcome:
         """The lone agent's call goes to the tool at once: its result is the answer handed in, unless refused."""
         draft = self._check(text)
-        info = self._run(draft)
+        info = {**draft.info, **self._run(draft)}
         if draft.refusal is not None:
             self.feedback = self._refusal_line(draft.refusal)
             return Outcome(draft.local, 0.0, attempt=draft.reaches_tool, info=info)
@@ -148,10 +149,9 @@ class ReviewedEnv(TurnEnv):
             self.feedback = review.sent_back(draft.shown, "validator", text, refusal)
             return Outcome(local, 0.0, attempt=False, info={"verdict": "sent back", **due})
         self.ran = draft.reaches_tool
-        ran = {k: v for k, v in self._run(draft).items() if k == "tool_call"}  # what ran, for tool_call_validity
+        ran = self._run(draft)  # tool_call, or the tool's tool_error
         if draft.refusal is not None:  # the tool refused it: back to the planner with the tool's error
             self.refused, self.feedback = draft.refusal, self._refusal_line(draft.refusal)
-            return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", "tool_error": draft.refusal, **due})
         return Outcome(local, 0.0, attempt=False, info={"verdict": "ran", **ran, **due})
 
     def _read(self, text: str) -> Outcome:

@@ -280,7 +280,8 @@ class MathToolEnv(ReviewedEnv):
         )
 
     def _run(self, draft: Draft) -> dict:
-        return self._call(draft.text).info
+        self._call(draft.text)
+        return {"tool_call": self.last_call} if self.last_call is not None else {"tool_error": self.last_error}
 
     def _hand_in(self, draft: Draft) -> dict:
         self.answer = self._shown_result()  # the result is the answer handed in

@@ -15,30 +15,26 @@ Last line per run: `<run> selector_right=B->A filler_right_given_choice=B->A sol
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import yaml
+from pettingllms_cli.jsonio import read_json
+from pettingllms_cli.spec.experiment import load_spec
+from pettingllms_cli.training.loop import held_out_problems
 
-from pettingllms_cli.envs.loading import HELD_OUT_SEED, load_split
 
-
-def right_names(spec: dict) -> dict[str, set[str]]:
-    """{held-out question: the function names its ground truth calls}, the held-out split train scored."""
-    env = spec["env"]
-    problems = load_split(env["name"], env["data"], "test", HELD_OUT_SEED, env["eval_problems"], env.get("options"))
-    return {p.question: {next(iter(g)) for g in p.answer} for p in problems}
+def right_names(run: Path) -> dict[str, set[str]]:
+    """{held-out question: the function names its ground truth calls}, for the held-out set the run was scored on."""
+    return {p.question: {next(iter(g)) for g in p.answer} for p in held_out_problems(load_spec(run / "spec.yaml"))}
 
 
 def evals(run: Path) -> tuple[dict, dict]:
     """(before, after): compare's scoring of its fixed held-out set (compare_eval.json) where compare rescored the
     run, else train's own eval_before.json and eval_after.json."""
-    rescored = run / "compare_eval.json"
-    if rescored.exists():
-        scored = json.loads(rescored.read_text())
+    scored = read_json(run / "compare_eval.json")
+    if scored is not None:
         return scored["initial"], scored["final"]
-    return tuple(json.loads((run / f).read_text()) for f in ("eval_before.json", "eval_after.json"))
+    return read_json(run / "eval_before.json"), read_json(run / "eval_after.json")
 
 
 def tally(scored: dict, right: dict[str, set[str]]) -> tuple[int, int, int]:
@@ -55,7 +51,7 @@ def tally(scored: dict, right: dict[str, set[str]]) -> tuple[int, int, int]:
 
 def main(runs: list[str]) -> None:
     for run in map(Path, runs):
-        right = right_names(yaml.safe_load((run / "spec.yaml").read_text()))
+        right = right_names(run)
         (b_sel, b_fill, b_ok), (a_sel, a_fill, a_ok) = (tally(e, right) for e in evals(run))
         n = len(right)
         print(f"{run}: {n} held-out problems")

@@ -216,10 +216,14 @@ def step_seed(seed: int, step: int) -> int:
 
 def load_problems(spec: Experiment) -> tuple[list[Problem], list[Problem]]:
     """(training pool, held-out problems); unusable data is one UserError naming the file (envs/loading.py)."""
-    env, options = spec.env, spec.env.options
-    train_problems = load_split(env.name, env.data, "train", spec.seed, TRAIN_POOL, options)
-    eval_problems = load_split(env.name, env.data, "test", HELD_OUT_SEED, env.eval_problems, options)
-    return train_problems, eval_problems
+    env = spec.env
+    return load_split(env.name, env.data, "train", spec.seed, TRAIN_POOL, env.options), held_out_problems(spec)
+
+
+def held_out_problems(spec: Experiment) -> list[Problem]:
+    """The held-out problems train scores: one fixed set (HELD_OUT_SEED) whatever the run's seed, so seeds pair."""
+    env = spec.env
+    return load_split(env.name, env.data, "test", HELD_OUT_SEED, env.eval_problems, env.options)
 
 
 def problems_for_step(problems: list[Problem], spec: Experiment, step: int) -> list[Problem]:
